@@ -1,0 +1,10 @@
+"""Runtime support for the Attention from Scratch notebooks.
+
+- ``runtime``: the setup cell's device choice and seeding.
+- ``encoding``: JSON-safe, pickle-free encoding of tensors and plain values.
+- ``verdicts``: the pure decisions behind every check (shared by the learner's kernel and the trusted grader).
+- ``checks``: the ``Checks`` object that graded test cells call.
+- ``cells``: how a notebook cell is classified (setup, solution, graded test).
+- ``expected``: reference expectations computed from the solution notebooks.
+- ``plots``: figures shared by several chapters.
+"""

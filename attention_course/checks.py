@@ -1,0 +1,119 @@
+"""The check library that every graded test cell calls.
+
+A test cell creates ``check = Checks("<its grade_id>")`` and calls one method per check. Each call
+
+1. encodes the learner's value (``got``) and the test's parameters with :mod:`.encoding` (no pickle),
+2. emits them as a display record (MIME ``application/vnd.attention-course.check+json``, with a
+   one-line text fallback the learner sees),
+3. decides it with :mod:`.verdicts` and raises :class:`CheckFailed` naming the symptom.
+
+Step 3 gives instant feedback in the learner's kernel and makes stock ``nbgrader autograde`` work. Step 2
+lets a trusted grader re-decide every check outside the kernel: it takes ``got`` from the learner's
+record and everything else (parameters, reference values) from a clean run of the solution notebook, so
+nothing patched inside the kernel changes the verdict.
+
+``matches_reference`` compares with the reference solution's output on the same inputs; it belongs in
+hidden tests only, since learners do not have the solutions. The environment variable
+``ATTENTION_COURSE_GRADING`` selects how it is decided: unset (look the reference value up, building the
+expectations from ``solutions/`` on first use), ``reference`` (this *is* the reference run: record only)
+or ``sandbox`` (record only; the trusted grader decides).
+"""
+from __future__ import annotations
+
+import os
+
+from . import verdicts
+from .cells import RECORD_MIME
+from .encoding import decode, encode
+from .runtime import current_chapter
+
+
+class CheckFailed(AssertionError):
+    """A check did not hold; the message names the symptom."""
+
+
+def _emit(record: dict, text: str) -> None:
+    try:
+        from IPython import get_ipython
+        from IPython.display import display
+    except ImportError:  # plain Python: the exception (if any) is the feedback
+        return
+    if get_ipython() is None:
+        return
+    display({RECORD_MIME: record, "text/plain": text}, raw=True)
+
+
+def grading_mode() -> str:
+    return os.environ.get("ATTENTION_COURSE_GRADING", "")
+
+
+class Checks:
+    """The checks of one graded test cell; ``cell_id`` must equal the cell's nbgrader ``grade_id``."""
+
+    def __init__(self, cell_id: str):
+        self.cell_id = cell_id
+        self._seen: set[str] = set()
+
+    def _run(self, check_id: str, kind: str, got, params: dict, describe: str) -> None:
+        if check_id in self._seen:
+            raise ValueError(f"check id {check_id!r} used twice in cell {self.cell_id!r}")
+        self._seen.add(check_id)
+        got_enc = encode(got)
+        params_enc = {k: encode(v) if k == "want" else v for k, v in params.items()}
+        record = {"cell": self.cell_id, "check": check_id, "kind": kind, "got": got_enc,
+                  "params": params_enc}
+        if kind == "matches_reference" and grading_mode() in ("reference", "sandbox"):
+            _emit(record, f"recorded: {describe}")
+            return
+        reference = None
+        if kind == "matches_reference":
+            from .expected import reference_value
+
+            reference = reference_value(current_chapter(), self.cell_id, check_id)
+        decoded_params = {k: decode(v) if k == "want" else v for k, v in params_enc.items()}
+        verdict = verdicts.decide(kind, decode(got_enc), decoded_params, reference)
+        _emit(record, ("✓ " if verdict.passed else "✗ ") + describe)
+        if not verdict.passed:
+            raise CheckFailed(f"{describe}: {verdict.message}")
+
+    def close(self, check_id: str, got, want, *, rtol=None, atol=None, hint: str = "",
+              check_dtype: bool = True, describe: str | None = None) -> None:
+        """``got`` equals ``want`` within the dtype's tolerance (shape, dtype and NaN pattern too)."""
+        self._run(check_id, "close", got, {"want": want, "rtol": rtol, "atol": atol, "hint": hint,
+                                           "check_dtype": check_dtype},
+                  describe or f"{check_id}: values match")
+
+    def matches_reference(self, check_id: str, got, *, rtol=None, atol=None, hint: str = "",
+                          check_dtype: bool = True, describe: str | None = None) -> None:
+        """``got`` equals the reference solution's value for the same expression (hidden tests only)."""
+        self._run(check_id, "matches_reference", got,
+                  {"rtol": rtol, "atol": atol, "hint": hint, "check_dtype": check_dtype},
+                  describe or f"{check_id}: matches the reference")
+
+    def sums_to_one(self, check_id: str, weights, *, dim: int = -1, hint: str = "",
+                    describe: str | None = None) -> None:
+        self._run(check_id, "sums_to_one", weights, {"dim": dim, "hint": hint},
+                  describe or f"{check_id}: weights sum to 1 along dim {dim}")
+
+    def shape(self, check_id: str, got, shape, *, hint: str = "", describe: str | None = None) -> None:
+        self._run(check_id, "shape", got, {"shape": [int(s) for s in shape], "hint": hint},
+                  describe or f"{check_id}: shape is {tuple(shape)}")
+
+    def finite(self, check_id: str, got, *, hint: str = "", describe: str | None = None) -> None:
+        self._run(check_id, "finite", got, {"hint": hint}, describe or f"{check_id}: no NaN or inf")
+
+    def true(self, check_id: str, condition, *, hint: str = "", describe: str | None = None) -> None:
+        """A plain ``True``; prefer the numeric checks, whose values the grader can re-examine."""
+        self._run(check_id, "true", condition, {"hint": hint}, describe or check_id)
+
+    def raises(self, check_id: str, fn, *args, types=(ValueError, TypeError), match: str | None = None,
+               hint: str = "", describe: str | None = None, **kwargs) -> None:
+        """Calling ``fn(*args, **kwargs)`` raises one of ``types`` whose message mentions ``match``."""
+        outcome = {"raised": None, "message": ""}
+        try:
+            fn(*args, **kwargs)
+        except Exception as exc:  # noqa: BLE001 - the outcome is what we record
+            outcome = {"raised": type(exc).__name__, "message": str(exc)[:500]}
+        names = [t.__name__ for t in types]
+        self._run(check_id, "raises", outcome, {"types": names, "match": match, "hint": hint},
+                  describe or f"{check_id}: bad input is rejected with {' or '.join(names)}")

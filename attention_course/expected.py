@@ -1,0 +1,126 @@
+"""Reference expectations: what every check records when the reference solution runs it.
+
+A clean process executes only the setup cell, the solution cells and the graded test cells of
+``solutions/<chapter>/<chapter>.ipynb`` (demos and figures are skipped) with
+``ATTENTION_COURSE_GRADING=reference``, and keeps each check's record keyed by ``(cell, check)``.
+Setup cells (tag ``setup``) hold whatever the tests need besides the solutions: imports, the device,
+shared example data. The result is cached next to the gradebook, keyed by a hash of the solution notebook.
+
+Run as ``python -m attention_course.expected SOLUTION.ipynb OUT.json``.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from .cells import is_graded_test, is_setup, is_solution, records_in
+from .encoding import decode
+
+CACHE_DIRNAME = Path("grading") / "expected"
+
+
+def find_course_root(start: Path | None = None) -> Path | None:
+    env = os.environ.get("ATTENTION_COURSE_ROOT")
+    if env:
+        return Path(env)
+    here = (start or Path.cwd()).resolve()
+    for candidate in (here, *here.parents):
+        if (candidate / "autograder" / "nbgrader_config.py").is_file() and (candidate / "solutions").is_dir():
+            return candidate
+    return None
+
+
+def solution_notebook(root: Path, chapter: str) -> Path:
+    return root / "solutions" / chapter / f"{chapter}.ipynb"
+
+
+def run_reference(notebook: Path, timeout: int = 600) -> dict:
+    """Execute the reference's setup, solution and test cells; return ``{"cell/check": record}``."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    nb = nbformat.read(notebook, as_version=4)
+    nb.cells = [c for c in nb.cells if is_setup(c) or is_solution(c) or is_graded_test(c)]
+    env_before = os.environ.get("ATTENTION_COURSE_GRADING")
+    os.environ["ATTENTION_COURSE_GRADING"] = "reference"
+    try:
+        with tempfile.TemporaryDirectory() as scratch:
+            NotebookClient(nb, timeout=timeout, kernel_name="python3",
+                           resources={"metadata": {"path": scratch}}).execute()
+    finally:
+        if env_before is None:
+            os.environ.pop("ATTENTION_COURSE_GRADING", None)
+        else:
+            os.environ["ATTENTION_COURSE_GRADING"] = env_before
+    table = {}
+    for cell in nb.cells:
+        if is_graded_test(cell):
+            for rec in records_in(cell):
+                table[f"{rec['cell']}/{rec['check']}"] = rec
+    return table
+
+
+def notebook_hash(notebook: Path) -> str:
+    return hashlib.sha256(notebook.read_bytes()).hexdigest()[:16]
+
+
+def expected_path(root: Path, chapter: str) -> Path:
+    nb = solution_notebook(root, chapter)
+    return root / CACHE_DIRNAME / f"{chapter}-{notebook_hash(nb)}.json"
+
+
+def build_expected(root: Path, chapter: str) -> Path:
+    """Compute (or reuse) the cached expectations of one chapter; returns the cache file."""
+    out = expected_path(root, chapter)
+    if out.is_file():
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    # A separate interpreter, so nothing of the calling kernel leaks into the reference run.
+    done = subprocess.run([sys.executable, "-m", "attention_course.expected",
+                           str(solution_notebook(root, chapter)), str(out)],
+                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    if done.returncode != 0:
+        tail = "\n".join(done.stderr.strip().splitlines()[-15:])
+        raise RuntimeError(f"the reference run of {chapter} failed:\n{tail}")
+    return out
+
+
+def load_expected(root: Path, chapter: str) -> dict:
+    return json.loads(build_expected(root, chapter).read_text())
+
+
+_loaded: dict[str, dict] = {}
+
+
+def reference_value(chapter: str | None, cell_id: str, check_id: str):
+    """The reference's decoded value for one check, for deciding it inside a kernel."""
+    if chapter is None:
+        raise RuntimeError("the setup cell has not run: run start_chapter(...) first")
+    if chapter not in _loaded:
+        root = find_course_root()
+        if root is None or not solution_notebook(root, chapter).is_file():
+            raise RuntimeError("this is a hidden grading check: it needs the reference solutions, "
+                               "which only the grader has")
+        _loaded[chapter] = load_expected(root, chapter)
+    rec = _loaded[chapter].get(f"{cell_id}/{check_id}")
+    if rec is None:
+        raise RuntimeError(f"no reference record for check {cell_id}/{check_id}")
+    return decode(rec["got"])
+
+
+def main(argv: list[str]) -> int:
+    notebook, out = Path(argv[0]), Path(argv[1])
+    table = run_reference(notebook)
+    tmp = out.with_suffix(".tmp")
+    tmp.write_text(json.dumps(table))
+    tmp.replace(out)  # atomic: a concurrent reader never sees half a file
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
