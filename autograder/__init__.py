@@ -1,0 +1,1 @@
+"""Course tooling: release generation, submissions for tests and benchmarks, and grading."""

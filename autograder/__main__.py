@@ -1,0 +1,33 @@
+"""``python -m autograder COMMAND``: the course's instructor commands.
+
+- ``release [CHAPTER...]``: regenerate ``chapters/`` from ``solutions/``.
+- ``nbgrader ARGS...``: run nbgrader with this course's configuration (e.g. ``nbgrader autograde 03_scoring_functions``).
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+from .course import Course
+
+
+def main(argv: list[str]) -> int:
+    if not argv or argv[0] in ("-h", "--help"):
+        print(__doc__)
+        return 0
+    command, rest = argv[0], argv[1:]
+    if command == "release":
+        from .release import main as release_main
+
+        return release_main(rest)
+    if command == "nbgrader":
+        course = Course()
+        return subprocess.call([sys.executable, "-m", "nbgrader", *rest], env=course.nbgrader_env(),
+                               cwd=course.root)
+    print(f"unknown command {command!r}\n{__doc__}", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

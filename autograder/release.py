@@ -1,0 +1,98 @@
+"""Generate the learner release (``chapters/``) from the single source of truth (``solutions/``).
+
+For each chapter:
+
+1. execute the source notebook (reference solutions in place) so that narrative cells carry the
+   reference outputs: printed values and figures a reader can compare with;
+2. drop the outputs of solution cells and graded test cells (they would reveal hidden checks);
+3. run ``nbgrader generate_assignment`` on that executed copy with output clearing switched off, which
+   strips solutions and hidden tests, locks cells and registers the chapter in the gradebook;
+4. mark the result as generated and write it to ``chapters/<id>/<id>.ipynb``.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import nbformat
+from nbclient import NotebookClient
+
+from attention_course.cells import is_graded_test, is_solution
+
+from .course import Course
+
+GENERATED_NOTE = (
+    "*This notebook is generated from `solutions/{chapter}/{chapter}.ipynb` by "
+    "`python -m autograder release`. Edit the source, not this file.*"
+)
+
+
+def execute_source(course: Course, chapter: str, timeout: int = 900) -> nbformat.NotebookNode:
+    nb = nbformat.read(course.source_notebook(chapter), as_version=4)
+    env = {"ATTENTION_COURSE_GRADING": "reference", "ATTENTION_COURSE_ROOT": str(course.root),
+           "ATTENTION_COURSE_DEVICE": "cpu", "MPLBACKEND": "module://matplotlib_inline.backend_inline"}
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        with tempfile.TemporaryDirectory() as scratch:
+            NotebookClient(nb, timeout=timeout, kernel_name="python3",
+                           resources={"metadata": {"path": scratch}}).execute()
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    for cell in nb.cells:
+        if cell.cell_type == "code" and (is_graded_test(cell) or is_solution(cell)):
+            cell.outputs = []
+            cell.execution_count = None
+    return nb
+
+
+def generate(course: Course, chapter: str, out_dir: Path, db_url: str) -> Path:
+    """Write the release notebook of one chapter into ``out_dir/<chapter>/``; returns its path."""
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        src = tmp / "source" / chapter
+        shutil.copytree(course.solutions / chapter, src)
+        nbformat.write(execute_source(course, chapter), src / f"{chapter}.ipynb")
+        cmd = [sys.executable, "-m", "nbgrader", "generate_assignment", chapter, "--force",
+               f"--CourseDirectory.root={tmp}", "--CourseDirectory.source_directory=source",
+               "--CourseDirectory.release_directory=release", f"--CourseDirectory.db_url={db_url}",
+               "--ClearOutput.enabled=False", "--log-level=WARN"]
+        done = subprocess.run(cmd, env=course.nbgrader_env(), capture_output=True, text=True)
+        if done.returncode != 0:
+            raise RuntimeError(f"nbgrader generate_assignment failed for {chapter}:\n{done.stdout}\n{done.stderr}")
+        released = tmp / "release" / chapter
+        nb = nbformat.read(released / f"{chapter}.ipynb", as_version=4)
+        nb.metadata["attention_course"] = {"generated_from": f"solutions/{chapter}/{chapter}.ipynb",
+                                           "generator": "python -m autograder release"}
+        note = nbformat.v4.new_markdown_cell(GENERATED_NOTE.format(chapter=chapter))
+        note.id = "generated-note"
+        nb.cells.append(note)
+        dest = Path(out_dir) / chapter
+        if dest.exists():
+            shutil.rmtree(dest)
+        shutil.copytree(released, dest)
+        nbformat.write(nb, dest / f"{chapter}.ipynb")
+        return dest / f"{chapter}.ipynb"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m autograder release", description=__doc__.splitlines()[0])
+    parser.add_argument("chapters", nargs="*", help="chapter ids (default: all)")
+    parser.add_argument("--out", type=Path, help="release folder (default: the course's chapters/)")
+    parser.add_argument("--db", help="gradebook URL to register the chapters in (default: the course's)")
+    args = parser.parse_args(argv)
+    course = Course()
+    course.grading.mkdir(exist_ok=True)
+    for chapter in args.chapters or course.chapters():
+        path = generate(course, chapter, args.out or course.chapters_dir, args.db or course.db_url)
+        print(f"released {chapter} -> {path.relative_to(course.root) if path.is_relative_to(course.root) else path}")
+    return 0
