@@ -39,24 +39,30 @@ def solution_notebook(root: Path, chapter: str) -> Path:
     return root / "solutions" / chapter / f"{chapter}.ipynb"
 
 
-def run_reference(notebook: Path, timeout: int = 600) -> dict:
-    """Execute the reference's setup, solution and test cells; return ``{"cell/check": record}``."""
+def run_reference(notebook: Path, timeout: int = 600, device: str = "cpu") -> dict:
+    """Execute the reference's setup, solution and test cells; return ``{"cell/check": record}``.
+
+    ``device`` is where the tests put their inputs: the expectations are computed on the CPU; other
+    devices (``cuda``, ``meta``) are used by the course's own device tests.
+    """
     import nbformat
     from nbclient import NotebookClient
 
     nb = nbformat.read(notebook, as_version=4)
     nb.cells = [c for c in nb.cells if is_setup(c) or is_solution(c) or is_graded_test(c)]
-    env_before = os.environ.get("ATTENTION_COURSE_GRADING")
-    os.environ["ATTENTION_COURSE_GRADING"] = "reference"
+    env = {"ATTENTION_COURSE_GRADING": "reference", "ATTENTION_COURSE_DEVICE": device}
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
     try:
         with tempfile.TemporaryDirectory() as scratch:
             NotebookClient(nb, timeout=timeout, kernel_name="python3",
                            resources={"metadata": {"path": scratch}}).execute()
     finally:
-        if env_before is None:
-            os.environ.pop("ATTENTION_COURSE_GRADING", None)
-        else:
-            os.environ["ATTENTION_COURSE_GRADING"] = env_before
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
     table = {}
     for cell in nb.cells:
         if is_graded_test(cell):

@@ -40,7 +40,7 @@ def execute_source(course: Course, chapter: str, timeout: int = 900) -> nbformat
     os.environ.update(env)
     try:
         with tempfile.TemporaryDirectory() as scratch:
-            NotebookClient(nb, timeout=timeout, kernel_name="python3",
+            NotebookClient(nb, timeout=timeout, kernel_name="python3", record_timing=False,
                            resources={"metadata": {"path": scratch}}).execute()
     finally:
         for k, v in saved.items():

@@ -1,0 +1,87 @@
+"""The learner release is generated from solutions/ and contains none of the answers."""
+from __future__ import annotations
+
+import re
+
+import nbformat
+import pytest
+import yaml
+
+from attention_course.cells import grade_id, is_graded_test, is_setup, is_solution
+from autograder.course import Course
+from autograder.release import generate
+
+from .notebook_format import comparable
+
+COURSE = Course()
+CHAPTERS = COURSE.chapters()
+
+
+def test_every_chapter_is_released_and_in_the_book():
+    toc = yaml.safe_load((COURSE.root / "_toc.yml").read_text())
+    files = {entry["file"] for part in toc["parts"] for entry in part["chapters"]}
+    assert len(CHAPTERS) == 7, f"expected the seven chapters of the spec, found {CHAPTERS}"
+    for chapter in CHAPTERS:
+        assert COURSE.release_notebook(chapter).is_file(), f"{chapter} has not been released"
+        assert f"chapters/{chapter}/{chapter}" in files, f"{chapter} is missing from _toc.yml"
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_release_equals_fresh_regeneration(chapter, tmp_path):
+    fresh = generate(COURSE, chapter, tmp_path / "release", f"sqlite:///{tmp_path / 'gradebook.db'}")
+    committed = COURSE.release_notebook(chapter)
+    assert comparable(fresh) == comparable(committed), (
+        f"chapters/{chapter} is out of date: run `python -m autograder release {chapter}` and commit")
+    extra_files = sorted(p.name for p in fresh.parent.iterdir())
+    assert extra_files == sorted(p.name for p in committed.parent.iterdir())
+
+
+def _solution_lines(source: str) -> list[str]:
+    """Substantial lines between the solution (or hidden test) delimiters."""
+    lines, inside = [], False
+    for line in source.splitlines():
+        if re.search(r"### (BEGIN|END) (SOLUTION|HIDDEN TESTS)", line):
+            inside = "BEGIN" in line
+            continue
+        if inside and len(line.strip()) > 20:
+            lines.append(line.strip())
+    return lines
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_release_holds_no_solution_or_hidden_test(chapter):
+    release_text = COURSE.release_notebook(chapter).read_text()
+    nb = nbformat.read(COURSE.release_notebook(chapter), as_version=4)
+    assert nb.metadata["attention_course"]["generated_from"] == f"solutions/{chapter}/{chapter}.ipynb"
+    assert "generated from" in nb.cells[-1].source
+    for marker in ("BEGIN SOLUTION", "END SOLUTION", "BEGIN HIDDEN TESTS", "matches_reference"):
+        assert marker not in release_text, f"{marker!r} leaked into the release"
+    source = nbformat.read(COURSE.source_notebook(chapter), as_version=4)
+    released_code = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
+    for cell in source.cells:
+        for line in _solution_lines(cell.source):
+            assert line not in released_code, f"answer line leaked into the release: {line!r}"
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_source_follows_the_graded_cell_format(chapter):
+    """Every graded test cell has a stable grade_id, explicit points, a docstring and uses our checks."""
+    nb = nbformat.read(COURSE.source_notebook(chapter), as_version=4)
+    setup = [c for c in nb.cells if is_setup(c)]
+    assert setup and f'start_chapter("{chapter}"' in setup[0].source, "the first setup cell calls start_chapter"
+    ids = [grade_id(c) for c in nb.cells if grade_id(c)]
+    assert len(ids) == len(set(ids)), "grade_ids must be unique"
+    tests = [c for c in nb.cells if is_graded_test(c)]
+    solutions = [c for c in nb.cells if is_solution(c)]
+    assert tests and solutions
+    for cell in tests:
+        gid = grade_id(cell)
+        meta = cell.metadata["nbgrader"]
+        assert meta.get("points", 0) > 0, f"{gid}: explicit positive points"
+        assert cell.source.lstrip().startswith('"""'), f"{gid}: starts with a docstring saying what it checks"
+        assert f'Checks("{gid}")' in cell.source, f"{gid}: uses Checks with its own grade_id"
+        visible = cell.source.split("### BEGIN HIDDEN TESTS")[0]
+        assert "matches_reference" not in visible, f"{gid}: reference comparisons belong in hidden tests"
+    for cell in solutions:
+        assert "### BEGIN SOLUTION" in cell.source and '"""' in cell.source, (
+            f"{grade_id(cell)}: solution inside a documented function or class")
