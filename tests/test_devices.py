@@ -1,0 +1,47 @@
+"""Reference solutions are device-agnostic: every result lives on its inputs' device.
+
+The meta device holds shapes but no data, so running the hidden tests' inputs through the reference
+on ``meta`` is a cheap CPU-only way to catch a tensor allocated on the wrong device: mixing it with a
+meta tensor raises, and a result on the wrong device shows in the records. With CUDA present, the whole
+reference run also happens on the GPU and must match the CPU expectations.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from attention_course import verdicts
+from attention_course.encoding import DecodedTensor, decode
+from attention_course.expected import load_expected, run_reference
+from autograder.course import Course
+
+COURSE = Course()
+CHAPTERS = COURSE.chapters()
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_reference_keeps_results_on_the_input_device(chapter):
+    records = run_reference(COURSE.source_notebook(chapter), device="meta")
+    assert records, "the reference run recorded no checks"
+    devices = {}
+    for key, rec in records.items():
+        got = decode(rec["got"])
+        if isinstance(got, DecodedTensor):
+            devices[key] = got.device
+    off_device = {k: d for k, d in devices.items() if d != "meta"}
+    assert devices, "no tensor results were recorded"
+    assert not off_device, f"results not on the inputs' device: {off_device}"
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device on this machine")
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_reference_on_cuda_matches_cpu(chapter):
+    expected = load_expected(COURSE.root, chapter)
+    on_gpu = run_reference(COURSE.source_notebook(chapter), device="cuda")
+    assert set(on_gpu) == set(expected)
+    for key, rec in expected.items():
+        if rec["kind"] == "matches_reference":
+            gpu = decode(on_gpu[key]["got"])
+            verdict = verdicts.compare(gpu, decode(rec["got"]), rec["params"].get("rtol"),
+                                       rec["params"].get("atol"), check_dtype=True)
+            assert verdict.passed, f"{key} differs on CUDA: {verdict.message}"
