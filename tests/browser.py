@@ -1,0 +1,104 @@
+"""A headless Chromium driven over the DevTools protocol, for the book tests (loopback only)."""
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+import websocket
+
+CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                  "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic",
+                  "--remote-debugging-address=127.0.0.1", "--remote-debugging-port=0"]
+
+
+def find_chromium() -> str:
+    for name in ("chromium", "chromium-browser", "google-chrome"):
+        path = shutil.which(name)
+        if path:
+            return path
+    raise RuntimeError("Chromium is not installed: run `bash scripts/install_test_deps.sh` "
+                       "(Debian package `chromium`) before the book tests")
+
+
+class Browser:
+    def __init__(self):
+        self._profile = tempfile.mkdtemp(prefix="chromium-profile-")
+        self._proc = subprocess.Popen([find_chromium(), *CHROMIUM_FLAGS, f"--user-data-dir={self._profile}",
+                                       "about:blank"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        port_file = Path(self._profile) / "DevToolsActivePort"
+        deadline = time.time() + 30
+        while not port_file.is_file() or not port_file.read_text().strip():
+            if time.time() > deadline or self._proc.poll() is not None:
+                self.close()
+                raise RuntimeError("Chromium did not start its DevTools endpoint")
+            time.sleep(0.1)
+        self.port = int(port_file.read_text().split()[0])
+
+    def open(self, url: str, settle_js: str, timeout: float = 30.0) -> "Page":
+        req = urllib.request.Request(f"http://127.0.0.1:{self.port}/json/new?about:blank", method="PUT")
+        target = json.loads(urllib.request.urlopen(req, timeout=10).read())
+        page = Page(target["webSocketDebuggerUrl"])
+        page.load(url, settle_js, timeout)
+        return page
+
+    def close(self):
+        if self._proc.poll() is None:
+            self._proc.kill()
+            self._proc.wait(timeout=10)
+        shutil.rmtree(self._profile, ignore_errors=True)
+
+
+class Page:
+    def __init__(self, ws_url: str):
+        self._ws = websocket.create_connection(ws_url, timeout=30)
+        self._id = 0
+        self.errors: list[str] = []
+
+    def _send(self, method: str, **params):
+        self._id += 1
+        self._ws.send(json.dumps({"id": self._id, "method": method, "params": params}))
+        while True:
+            msg = json.loads(self._ws.recv())
+            if msg.get("id") == self._id:
+                if "error" in msg:
+                    raise RuntimeError(f"{method}: {msg['error']}")
+                return msg.get("result", {})
+            self._note(msg)
+
+    def _note(self, msg: dict):
+        method, params = msg.get("method"), msg.get("params", {})
+        if method == "Runtime.exceptionThrown":
+            self.errors.append("exception: " + params["exceptionDetails"].get("text", "") + " " +
+                               str(params["exceptionDetails"].get("exception", {}).get("description", "")))
+        elif method == "Runtime.consoleAPICalled" and params.get("type") == "error":
+            self.errors.append("console.error: " + " ".join(str(a.get("value", a.get("description", "")))
+                                                           for a in params.get("args", [])))
+        elif method == "Log.entryAdded" and params["entry"].get("level") == "error":
+            self.errors.append("log: " + params["entry"].get("text", "") + " " + params["entry"].get("url", ""))
+        elif method == "Network.loadingFailed" and not params.get("canceled"):
+            self.errors.append("network: " + params.get("errorText", "") + " " + params.get("requestId", ""))
+
+    def evaluate(self, expression: str):
+        result = self._send("Runtime.evaluate", expression=expression, returnByValue=True, awaitPromise=True)
+        if "exceptionDetails" in result:
+            raise RuntimeError(f"evaluating {expression!r}: {result['exceptionDetails']}")
+        return result["result"].get("value")
+
+    def load(self, url: str, settle_js: str, timeout: float):
+        for domain in ("Runtime", "Log", "Network", "Page"):
+            self._send(f"{domain}.enable")
+        self._send("Page.navigate", url=url)
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if self.evaluate(f"document.readyState === 'complete' && Boolean({settle_js})"):
+                return
+            time.sleep(0.25)
+        raise TimeoutError(f"{url} did not settle within {timeout} s")
+
+    def close(self):
+        self._ws.close()

@@ -1,0 +1,94 @@
+"""The built book, opened in headless Chromium: pages render, math is typeset by the vendored MathJax,
+figures load, downloads are offered, and the console stays clean. Everything is served on loopback."""
+from __future__ import annotations
+
+import functools
+import http.server
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+import yaml
+
+from .browser import Browser
+
+ROOT = Path(__file__).resolve().parent.parent
+TOC = yaml.safe_load((ROOT / "_toc.yml").read_text())
+PAGES = [entry["file"] for part in TOC["parts"] for entry in part["chapters"]]
+MATH_DONE = ("(window.MathJax && MathJax.startup && MathJax.startup.promise ? "
+             "MathJax.startup.promise.then(() => true) : false)")
+
+
+@pytest.fixture(scope="module")
+def book(tmp_path_factory):
+    out = tmp_path_factory.mktemp("book")
+    jb = Path(sys.executable).parent / "jupyter-book"
+    done = subprocess.run([str(jb), "build", str(ROOT), "--path-output", str(out), "-W", "--keep-going"],
+                          capture_output=True, text=True, timeout=900)
+    problems = [l for l in (done.stdout + done.stderr).splitlines() if "WARNING" in l or "ERROR" in l]
+    assert done.returncode == 0, "the book does not build with -W:\n" + "\n".join(problems or [done.stdout[-3000:]])
+    html = out / "_build" / "html"
+    assert (html / "index.html").is_file()
+    return html
+
+
+@pytest.fixture(scope="module")
+def server(book):
+    class QuietHandler(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+    handler = functools.partial(QuietHandler, directory=str(book))
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    httpd.shutdown()
+    httpd.server_close()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    b = Browser()
+    yield b
+    b.close()
+
+
+def test_book_uses_no_network_resources(book):
+    for page in book.rglob("*.html"):
+        text = page.read_text(errors="replace")
+        for attr in ('src="http', "src='http", 'href="https://cdn', "cdn.jsdelivr", "unpkg.com"):
+            assert attr not in text, f"{page.relative_to(book)} loads something from the network ({attr})"
+
+
+def test_landing_page_explains_the_course(server, browser):
+    page = browser.open(f"{server}/index.html", "true")
+    text = page.evaluate("document.body.innerText")
+    for phrase in ("How to use this course", "nbval", "Chapters"):
+        assert phrase in text
+    links = page.evaluate("Array.from(document.querySelectorAll('a')).map(a => a.getAttribute('href'))")
+    for chapter in PAGES:
+        assert any(l and l.endswith(chapter + ".html") for l in links), f"no link to {chapter}"
+    assert not page.errors, page.errors
+    page.close()
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("chapter", PAGES)
+def test_chapter_page_renders(server, browser, chapter):
+    page = browser.open(f"{server}/{chapter}.html", MATH_DONE, timeout=60)
+    typeset = page.evaluate("document.querySelectorAll('mjx-container').length")
+    assert typeset >= 5, f"only {typeset} typeset formulas"
+    text = page.evaluate("document.querySelector('main').innerText")
+    for raw in ("\\(", "\\[", "$$", "\\frac", "\\mathbf"):
+        assert raw not in text, f"raw TeX {raw!r} left on the page"
+    images = page.evaluate("Array.from(document.querySelectorAll('main img')).map(i => [i.currentSrc, i.complete && i.naturalWidth > 0])")
+    assert len(images) >= 2, "expected figures on the chapter page"
+    broken = [src for src, ok in images if not ok]
+    assert not broken, f"figures that did not load: {broken}"
+    download = page.evaluate("Array.from(document.querySelectorAll('a')).some(a => (a.getAttribute('href') || '').endsWith('.ipynb'))")
+    assert download, "no download link for the notebook"
+    assert not page.errors, f"console/network errors: {page.errors}"
+    page.close()
