@@ -122,7 +122,7 @@ def reference_value(chapter: str | None, cell_id: str, check_id: str):
 def main(argv: list[str]) -> int:
     notebook, out = Path(argv[0]), Path(argv[1])
     table = run_reference(notebook)
-    tmp = out.with_suffix(".tmp")
+    tmp = out.with_name(f"{out.name}.{os.getpid()}.tmp")  # unique: two graders may build at once
     tmp.write_text(json.dumps(table))
     tmp.replace(out)  # atomic: a concurrent reader never sees half a file
     return 0

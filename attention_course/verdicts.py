@@ -70,8 +70,12 @@ def _symptom(got: np.ndarray, want: np.ndarray, bad: np.ndarray) -> str:
     nz = np.abs(want) > 1e-12
     if nz.any():
         ratio = got[nz] / want[nz]
-        if np.all(np.isfinite(ratio)) and np.allclose(ratio, ratio.flat[0], rtol=1e-3) and abs(ratio.flat[0] - 1) > 1e-3:
-            return base + f"; every value is off by the same factor ({ratio.flat[0]:.3g}): check the scaling"
+        factor = ratio.flat[0]
+        if (np.all(np.isfinite(ratio)) and np.allclose(ratio, factor, rtol=1e-3) and abs(factor - 1) > 1e-3
+                and abs(factor) > 1e-6):
+            return base + f"; every value is off by the same factor ({factor:.3g}): check the scaling"
+    if not np.any(got):
+        return base + "; the result is all zeros (or all False)"
     if got.ndim >= 1 and want.ndim >= 1:
         want_rows, got_rows = want.sum(-1), got.sum(-1)
         if np.allclose(want_rows, 1.0, atol=1e-4) and not np.allclose(got_rows, 1.0, atol=1e-4):
@@ -94,8 +98,8 @@ def compare(got, want, rtol: float | None = None, atol: float | None = None, hin
         return _fail(f"internal error: expected value is unusable ({problem})")
     if w.ndim and g.shape != w.shape:
         return _fail(f"result has shape {tuple(g.shape)} but should have shape {tuple(w.shape)}", hint)
-    if check_dtype and w_dtype in TOLERANCES and g_dtype != w_dtype:
-        return _fail(f"result has dtype {g_dtype} but should keep the input dtype {w_dtype}", hint)
+    if check_dtype and w_dtype not in (None, "python") and g_dtype != w_dtype:
+        return _fail(f"result has dtype {g_dtype} but should have dtype {w_dtype} (keep the inputs' dtype)", hint)
     dtype = w_dtype if w_dtype in TOLERANCES else (g_dtype if g_dtype in TOLERANCES else "float64")
     d_rtol, d_atol = TOLERANCES.get(dtype, TOLERANCES["float64"])
     rtol = d_rtol if rtol is None else rtol

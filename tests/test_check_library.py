@@ -1,0 +1,115 @@
+"""The check library's decisions: right answers pass, and each kind of wrong answer fails with a message
+that names its symptom and reveals no expected value."""
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from attention_course import verdicts
+from attention_course.checks import CheckFailed, Checks
+from attention_course.encoding import DecodedTensor, Unsupported, decode, encode
+
+
+def roundtrip(x):
+    return decode(json.loads(json.dumps(encode(x))))
+
+
+def test_tensors_roundtrip_exactly_with_dtype_and_device():
+    for dtype in (torch.float32, torch.float64, torch.int64, torch.bool):
+        t = (torch.arange(12) % 5).to(dtype).reshape(3, 4)
+        got = roundtrip(t)
+        assert isinstance(got, DecodedTensor)
+        assert got.dtype == str(dtype).removeprefix("torch.") and got.device == "cpu"
+        assert np.array_equal(got.values, t.numpy())
+
+
+def test_unknown_objects_are_recorded_by_type_name_only():
+    class Rigged:
+        def __eq__(self, other):
+            return True
+
+    assert roundtrip(Rigged()) == Unsupported("Rigged")
+    verdict = verdicts.compare(roundtrip(Rigged()), roundtrip(torch.ones(2)))
+    assert not verdict.passed and "Rigged" in verdict.message
+
+
+def test_tensor_subclass_is_rejected():
+    class Sneaky(torch.Tensor):
+        pass
+
+    fake = torch.ones(3).as_subclass(Sneaky)
+    verdict = verdicts.compare(roundtrip(fake), roundtrip(torch.ones(3)))
+    assert not verdict.passed and "subclass" in verdict.message
+
+
+@pytest.mark.parametrize("got,want,symptom", [
+    (torch.ones(2, 3), torch.ones(3, 2), "shape"),
+    (torch.ones(3, dtype=torch.float32), torch.ones(3, dtype=torch.float64), "dtype"),
+    (torch.tensor([1.0, math.nan]), torch.tensor([1.0, 2.0]), "NaN"),
+    (torch.tensor([[1.0, 2.0], [3.0, 4.0]]), torch.tensor([[1.0, 3.0], [2.0, 4.0]]), "transposed"),
+    (torch.tensor([2.0, 4.0, 6.0]), torch.tensor([1.0, 2.0, 3.0]), "same factor"),
+    (torch.tensor([[0.5, 0.5], [0.9, 0.9]]), torch.tensor([[0.5, 0.5], [0.5, 0.5]]), "softmax axis"),
+    (torch.tensor([0.3, 0.3, 0.4]), torch.tensor([0.5, 0.5, 0.0]), "wrong"),
+    (torch.zeros(3), torch.tensor([1.0, 2.0, 4.0]), "all zeros"),
+])
+def test_wrong_answers_fail_naming_the_symptom(got, want, symptom):
+    verdict = verdicts.compare(roundtrip(got), roundtrip(want))
+    assert not verdict.passed
+    assert symptom in verdict.message
+    for value in want.flatten().tolist():
+        if value not in (0.0, 1.0):
+            assert f"{value}" not in verdict.message, "expected values must not be revealed"
+
+
+def test_tolerance_depends_on_dtype():
+    want = torch.tensor([1.0], dtype=torch.float64)
+    assert verdicts.compare(roundtrip(want + 1e-9), roundtrip(want)).passed
+    assert not verdicts.compare(roundtrip(want + 1e-5), roundtrip(want)).passed
+    want32 = want.float()
+    assert verdicts.compare(roundtrip(want32 + 1e-5), roundtrip(want32)).passed
+
+
+def test_sums_to_one_names_the_axis():
+    w = torch.softmax(torch.randn(3, 4), dim=0)
+    verdict = verdicts.sums_to_one(roundtrip(w), dim=-1)
+    assert not verdict.passed and "wrong axis" in verdict.message
+    assert verdicts.sums_to_one(roundtrip(torch.softmax(torch.randn(3, 4), dim=-1))).passed
+
+
+def test_raises_requires_the_right_error_and_argument_name():
+    def silent(x):
+        return x
+
+    def vague(x):
+        raise ValueError("bad")
+
+    def clear(x):
+        raise ValueError("keys must have shape (..., Tk, d)")
+
+    outcomes = {}
+    for fn in (silent, vague, clear):
+        check = Checks("demo")
+        try:
+            check.raises("r", fn, 1, match="keys")
+            outcomes[fn.__name__] = "passed"
+        except CheckFailed as exc:
+            outcomes[fn.__name__] = str(exc)
+    assert "accepted silently" in outcomes["silent"]
+    assert "mention 'keys'" in outcomes["vague"]
+    assert outcomes["clear"] == "passed"
+
+
+def test_check_ids_must_be_unique_in_a_cell():
+    check = Checks("demo")
+    check.true("a", True)
+    with pytest.raises(ValueError):
+        check.true("a", True)
+
+
+def test_true_accepts_only_a_real_bool():
+    assert not verdicts.is_true(roundtrip("yes")).passed
+    assert verdicts.is_true(roundtrip(True)).passed
