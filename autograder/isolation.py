@@ -1,0 +1,432 @@
+"""Isolated, tamper-proof grading of one notebook at a time: the engine behind batch grading.
+
+``Engine(course_root, limits)`` keeps a warm zygote (:mod:`autograder.sandbox`) and grades one submission
+per :meth:`Engine.grade` call:
+
+1. **Read** the file (:func:`autograder.structure.load_submission`): a wrong file name, an empty file,
+   malformed JSON or something that is not a notebook gives status ``zero`` with that reason.
+2. **Repair** the structure against ``solutions/<chapter>/<chapter>.ipynb``
+   (:func:`autograder.structure.repair`): test and read-only cells come from the source (hidden tests
+   included), edits, deletions and duplicated ``grade_id``\\ s are flagged.
+3. **Execute** every code cell in a fresh sandbox forked from the zygote: no network, no view of the course
+   tree (solutions, gradebook, other learners), an unprivileged uid, a private size-limited scratch folder,
+   memory/process/output limits, a per-cell timeout and a per-notebook wall clock (see
+   :mod:`autograder.sandbox` for how). Graded test cells run rewritten so that no expected value exists in
+   the learner's process (see :mod:`autograder.trusted`), and are seeded before they run.
+4. **Decide** each graded test cell here, outside the learner's process, from the values the kernel
+   recorded and a *reference profile* of the chapter (:meth:`Engine.profile`): the reference solution run
+   through the same sandbox twice with different seeds, which gives each check's kind, parameters and
+   reference value and tells reproducible expected values from self-consistency ones. A kernel that dies
+   (exit, segfault, out of memory, process limit, wall clock) gives the notebook zero with the reason.
+
+The profile is cached under ``grading/expected/isolation-<chapter>-<hash>.json`` (the hash covers the
+source notebook and this engine's version) and never enters a learner's sandbox.
+
+Result (JSON-serialisable)::
+
+    {"student", "chapter", "status": "graded" | "zero" | "failed", "reason", "flags": [...],
+     "score", "max_score", "cells": {grade_id: {"score", "max_score", "passed", "messages"}},
+     "executed_notebook": nbformat JSON or None, "seconds"}
+
+``status`` is ``zero`` for an unusable or killed notebook and ``failed`` for a grader problem (never the
+learner's fault: report it). stderr output never costs points. Command line:
+``python -m autograder grade-one CHAPTER NOTEBOOK [--student NAME] [--json OUT] [--html OUT]``.
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import zlib
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import nbformat
+
+from attention_course.cells import RECORD_MIME, grade_id, is_graded_test, is_setup, is_solution, nbgrader_meta
+
+from . import sandbox, structure, trusted
+from .course import Course
+from .trusted import feedback_html  # noqa: F401 - part of this module's interface
+
+ENGINE_VERSION = "isolation-1"
+SEED_BASES = (1_000_003, 2_000_029)  # the grading seed, and the one the reference is re-run with
+
+
+@dataclass
+class Limits:
+    cell_timeout_s: float = 60
+    notebook_timeout_s: float = 300
+    memory_mb: int = 2048
+    max_procs: int = 64
+    max_output_mb: float = 5
+    scratch_mb: int = 64
+
+
+class GraderError(Exception):
+    """Something is wrong on the grader's side (not the learner's): the result's status is ``failed``."""
+
+
+REQUIRED = ("root", "namespaces", "memory_cgroup", "pids_cgroup")
+
+
+def cell_seed(base: int, gid: str) -> int:
+    return (base + zlib.crc32(gid.encode())) % (2 ** 31)
+
+
+class Engine:
+    """A warm zygote plus the trusted decision. Use as a context manager; one grade() at a time."""
+
+    def __init__(self, course_root: Path, limits: Limits = Limits()):
+        self.course = Course(course_root)
+        self.limits = limits
+        self.capabilities: dict = {}
+        self._proc: subprocess.Popen | None = None
+        self._lock = threading.RLock()
+        self._profiles: dict[str, dict] = {}
+        self._log = None
+
+    # -- zygote lifecycle -------------------------------------------------------------------------------
+
+    def start(self) -> "Engine":
+        with self._lock:
+            if self._proc is not None and self._proc.poll() is None:
+                return self
+            repo = Path(__file__).resolve().parent.parent
+            env = dict(os.environ)
+            env["PYTHONPATH"] = os.pathsep.join([str(repo), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+            env.pop("ATTENTION_COURSE_ROOT", None)
+            self._log = tempfile.TemporaryFile()
+            self._proc = subprocess.Popen([sys.executable, "-m", "autograder.sandbox"], stdin=subprocess.PIPE,
+                                          stdout=subprocess.PIPE, stderr=self._log, cwd="/", env=env,
+                                          start_new_session=True, bufsize=0)
+            try:
+                ready = sandbox.read_frame(self._proc.stdout.fileno(), 1 << 20, time.monotonic() + 180)
+            except (TimeoutError, sandbox.ProtocolError) as exc:
+                self._kill()
+                raise GraderError(f"the sandbox zygote did not start ({type(exc).__name__}): {self._log_tail()}")
+            if not isinstance(ready, dict) or not ready.get("ready"):
+                self._kill()
+                raise GraderError(f"the sandbox zygote did not start: {self._log_tail()}")
+            self.capabilities = ready.get("capabilities", {})
+            return self
+
+    def missing_capabilities(self) -> list[str]:
+        return [k for k in REQUIRED if not self.capabilities.get(k)]
+
+    def _log_tail(self) -> str:
+        try:
+            self._log.seek(0)
+            return self._log.read().decode("utf-8", "replace")[-3000:]
+        except Exception:  # noqa: BLE001
+            return ""
+
+    def _kill(self) -> None:
+        proc, self._proc = self._proc, None
+        if proc is None:
+            return
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except OSError:
+            pass
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+
+    def close(self) -> None:
+        with self._lock:
+            proc = self._proc
+            if proc is None:
+                return
+            try:
+                proc.stdin.write(b"q")
+                proc.stdin.close()
+                proc.wait(timeout=10)
+            except (OSError, subprocess.TimeoutExpired):
+                pass
+            self._kill()
+
+    def __enter__(self) -> "Engine":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self):
+        try:
+            self._kill()
+        except Exception:  # noqa: BLE001
+            pass
+
+    # -- running a job ----------------------------------------------------------------------------------
+
+    def _run(self, job: dict) -> dict:
+        """Send one job to the zygote (a fresh monitor + kernel); the monitor's report."""
+        with self._lock:
+            self.start()
+            missing = self.missing_capabilities()
+            if missing:
+                raise GraderError("isolation is incomplete on this machine, missing: " + ", ".join(missing)
+                                  + " (grading needs root, namespaces and cgroup v1 memory+pids)")
+            proc = self._proc
+            backstop = time.monotonic() + float(job["limits"]["notebook_timeout_s"]) + 60
+            try:
+                proc.stdin.write(b"j")
+                sandbox.write_frame(proc.stdin.fileno(), job)
+                cap = int((job["limits"]["max_output_mb"] + job["limits"].get("max_record_mb", 64)) * (1 << 20) * 2)
+                report = sandbox.read_frame(proc.stdout.fileno(), cap + (4 << 20), backstop)
+            except (OSError, TimeoutError, sandbox.ProtocolError) as exc:
+                tail = self._log_tail()
+                self._kill()
+                raise GraderError(f"the sandbox did not answer ({type(exc).__name__}); zygote log: {tail}")
+            if report is None:
+                tail = self._log_tail()
+                self._kill()
+                raise GraderError(f"the sandbox zygote exited; log: {tail}")
+            return report
+
+    def _job(self, cells: list[dict], mode: str, limits: Limits) -> dict:
+        lim = asdict(limits)
+        lim["max_record_mb"] = 64
+        return {"cells": cells, "limits": lim, "grading_mode": "reference" if mode == "profile" else "sandbox"}
+
+    # -- the reference profile --------------------------------------------------------------------------
+
+    def profile(self, chapter: str) -> dict:
+        """The chapter's reference profile (built on first use, cached on disk and in memory)."""
+        src_path = self.course.source_notebook(chapter)
+        if not src_path.is_file():
+            raise GraderError(f"unknown chapter {chapter!r}: no {src_path}")
+        digest = hashlib.sha256(src_path.read_bytes() + ENGINE_VERSION.encode()).hexdigest()[:16]
+        cached = self._profiles.get(chapter)
+        if cached and cached["digest"] == digest:
+            return cached
+        path = self.course.grading / "expected" / f"isolation-{chapter}-{digest}.json"
+        if path.is_file():
+            try:
+                prof = json.loads(path.read_text())
+                if prof.get("digest") == digest:
+                    self._profiles[chapter] = prof
+                    return prof
+            except ValueError:
+                pass
+        prof = self._build_profile(chapter, digest)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".tmp{os.getpid()}")
+        tmp.write_text(json.dumps(prof))
+        tmp.replace(path)
+        self._profiles[chapter] = prof
+        return prof
+
+    def _reference_run(self, chapter: str, source: nbformat.NotebookNode, seed_base: int) -> dict:
+        cells = []
+        for index, c in enumerate(source.cells):
+            if c.cell_type != "code" or not (is_setup(c) or is_solution(c) or is_graded_test(c)):
+                continue
+            entry = {"index": index, "code": c.source}
+            if is_graded_test(c):
+                gid = grade_id(c)
+                try:
+                    code, _ = trusted.rewrite_test_cell(c.source, "profile")
+                except trusted.TestCellNotSupported as exc:
+                    raise GraderError(f"test cell {gid} of {chapter}: {exc}") from None
+                entry.update(code=code, test=True, grade_id=gid, seed=cell_seed(seed_base, gid))
+            cells.append(entry)
+        limits = Limits(cell_timeout_s=max(self.limits.cell_timeout_s, 120),
+                        notebook_timeout_s=max(self.limits.notebook_timeout_s, 900),
+                        memory_mb=max(self.limits.memory_mb, 4096), max_procs=max(self.limits.max_procs, 64),
+                        max_output_mb=max(self.limits.max_output_mb, 50), scratch_mb=self.limits.scratch_mb)
+        report = self._run(self._job(cells, "profile", limits))
+        if report.get("status") != "ok":
+            raise GraderError(f"the reference run of {chapter} did not finish: {report.get('reason')}")
+        return report
+
+    def _build_profile(self, chapter: str, digest: str) -> dict:
+        source = nbformat.read(self.course.source_notebook(chapter), as_version=4)
+        runs = [self._reference_run(chapter, source, base) for base in SEED_BASES]
+        cells = {}
+        for index, c in enumerate(source.cells):
+            if not is_graded_test(c):
+                continue
+            gid = grade_id(c)
+            _, sites = trusted.rewrite_test_cell(c.source, "profile")
+            per_run = []
+            for report in runs:
+                out = report["cells"].get(str(index), {}).get("outputs", [])
+                errors = [o for o in out if o.get("output_type") == "error"]
+                if errors:
+                    e = errors[0]
+                    raise GraderError(f"the reference solution fails test cell {gid} of {chapter}: "
+                                      f"{e.get('ename')}: {e.get('evalue')}")
+                recs = [o["data"][RECORD_MIME] for o in out
+                        if o.get("output_type") == "display_data" and RECORD_MIME in o.get("data", {})]
+                per_run.append(recs)
+            checks, keep_want, by_key2 = [], set(), {}
+            for rec in per_run[1]:
+                by_key2[f"{rec['cell']}/{rec['check']}"] = rec
+            for rec in per_run[0]:
+                if rec.get("cell") != gid:
+                    raise GraderError(f"test cell {gid} of {chapter} records checks as {rec.get('cell')!r}: "
+                                      "Checks(...) must be given the cell's grade_id")
+                key = f"{gid}/{rec['check']}"
+                if "site" not in rec:
+                    raise GraderError(f"check {key} of {chapter} was not made through a Checks object the "
+                                      "grader can see")
+                other = by_key2.get(key)
+                if other is None:
+                    raise GraderError(f"check {key} of {chapter} ran in one reference run but not the other")
+                if rec["kind"] == "close" and other["params"].get("want") != rec["params"].get("want"):
+                    keep_want.add(rec["site"])
+                checks.append({"key": key, "check": rec["check"], "kind": rec["kind"], "site": rec["site"],
+                               "params": rec["params"], "ref_got": rec["got"]})
+            if len({c2["key"] for c2 in checks}) != len(checks):
+                raise GraderError(f"test cell {gid} of {chapter} records a check id twice")
+            cells[gid] = {"checks": checks, "keep_want_sites": sorted(keep_want), "sites": sites,
+                          "hidden": trusted.is_hidden(c.source), "index": index}
+        return {"digest": digest, "chapter": chapter, "engine": ENGINE_VERSION, "cells": cells}
+
+    # -- grading ----------------------------------------------------------------------------------------
+
+    def grade(self, chapter: str, submission: Path, student: str) -> dict:
+        started = time.monotonic()
+        result = {"student": student, "chapter": chapter, "status": "graded", "reason": "", "flags": [],
+                  "score": 0.0, "max_score": 0.0, "cells": {}, "executed_notebook": None, "seconds": 0.0}
+        try:
+            self._grade(chapter, Path(submission), result)
+        except GraderError as exc:
+            result.update(status="failed", reason=f"grader error: {exc}")
+            self._zero_cells(chapter, result, "not graded: the grader failed (not your fault)")
+        except Exception as exc:  # noqa: BLE001 - one notebook must never stop a batch
+            result.update(status="failed", reason=f"grader error: {type(exc).__name__}: {exc}")
+            self._zero_cells(chapter, result, "not graded: the grader failed (not your fault)")
+        if result.get("executed_notebook") is not None:  # plain JSON, as nbformat writes it
+            result["executed_notebook"] = json.loads(nbformat.writes(result["executed_notebook"]))
+        result["seconds"] = round(time.monotonic() - started, 3)
+        return result
+
+    def _graded_cells(self, chapter: str) -> list[tuple[str, float]]:
+        source = nbformat.read(self.course.source_notebook(chapter), as_version=4)
+        return [(grade_id(c), float(nbgrader_meta(c).get("points", 0) or 0)) for c in source.cells
+                if is_graded_test(c)]
+
+    def _zero_cells(self, chapter: str, result: dict, message: str) -> None:
+        try:
+            graded = self._graded_cells(chapter)
+        except Exception:  # noqa: BLE001
+            graded = []
+        result["cells"] = {gid: {"score": 0.0, "max_score": pts, "passed": False, "messages": [message]}
+                           for gid, pts in graded}
+        result["score"] = 0.0
+        result["max_score"] = float(sum(pts for _, pts in graded))
+
+    def _grade(self, chapter: str, submission: Path, result: dict) -> None:
+        src_path = self.course.source_notebook(chapter)
+        if not src_path.is_file():
+            raise GraderError(f"unknown chapter {chapter!r}")
+        try:
+            nb = structure.load_submission(submission, chapter)
+        except structure.Unusable as exc:
+            result.update(status="zero", reason=str(exc))
+            self._zero_cells(chapter, result, f"not graded: {exc}")
+            return
+        source = nbformat.read(src_path, as_version=4)
+        release_path = self.course.release_notebook(chapter)
+        release = nbformat.read(release_path, as_version=4) if release_path.is_file() else None
+        prof = self.profile(chapter)
+        fixed = structure.repair(nb, source, release)
+        result["flags"] = fixed.flags
+        cells = []
+        for index, c in enumerate(fixed.nb.cells):
+            if c.cell_type != "code":
+                continue
+            entry = {"index": index, "code": c.source}
+            gid = grade_id(c) if is_graded_test(c) else None
+            if gid is not None and gid in fixed.tests and fixed.tests[gid] == index:
+                spec = prof["cells"].get(gid)
+                if spec is None:
+                    raise GraderError(f"test cell {gid} is not in the reference profile")
+                try:
+                    code, _ = trusted.rewrite_test_cell(c.source, "grade", set(spec["keep_want_sites"]))
+                except trusted.TestCellNotSupported as exc:
+                    raise GraderError(f"test cell {gid}: {exc}") from None
+                entry.update(code=code, test=True, grade_id=gid, seed=cell_seed(SEED_BASES[0], gid))
+            cells.append(entry)
+        report = self._run(self._job(cells, "grade", self.limits))
+        executed = copy.deepcopy(fixed.nb)
+        if report.get("status") == "error":
+            raise GraderError(report.get("reason", "sandbox error"))
+        for index_str, data in (report.get("cells") or {}).items():
+            try:
+                cell = executed.cells[int(index_str)]
+            except (ValueError, IndexError):
+                continue
+            if cell.cell_type == "code" and isinstance(data, dict):
+                outs = data.get("outputs") if isinstance(data.get("outputs"), list) else []
+                cell.outputs = [nbformat.from_dict(o) for o in outs if isinstance(o, dict)]
+                ec = data.get("execution_count")
+                cell.execution_count = ec if isinstance(ec, int) else None
+        result["executed_notebook"] = executed
+        if report.get("status") != "ok":
+            result.update(status="zero", reason=str(report.get("reason", "kernel died")))
+            self._zero_cells(chapter, result, f"not graded: {result['reason']}")
+            return
+        total = maximum = 0.0
+        for gid, pts in self._graded_cells(chapter):
+            spec = prof["cells"][gid]
+            idx = fixed.tests.get(gid)
+            outputs = executed.cells[idx].outputs if idx is not None else []
+            records = [o["data"][RECORD_MIME] for o in outputs
+                       if o.get("output_type") in ("display_data", "execute_result")
+                       and isinstance(o.get("data"), dict) and isinstance(o["data"].get(RECORD_MIME), dict)]
+            errors = [o for o in outputs if o.get("output_type") == "error"]
+            passed, messages = trusted.decide_cell(spec, records, errors[0] if errors else None, gid)
+            score = pts if passed else 0.0
+            result["cells"][gid] = {"score": score, "max_score": pts, "passed": passed, "messages": messages}
+            total += score
+            maximum += pts
+        result["score"], result["max_score"] = total, maximum
+
+
+def grade_submission(course_root, chapter: str, submission, student: str, limits: Limits = Limits()) -> dict:
+    """Grade one submission with a throwaway engine (a batch should keep one Engine warm instead)."""
+    with Engine(Path(course_root), limits) as engine:
+        return engine.grade(chapter, Path(submission), student)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m autograder grade-one",
+                                     description="Grade one notebook in the isolated sandbox.")
+    parser.add_argument("chapter")
+    parser.add_argument("notebook", type=Path)
+    parser.add_argument("--student", default="learner")
+    parser.add_argument("--json", type=Path, help="write the full result here")
+    parser.add_argument("--html", type=Path, help="write the learner's feedback here")
+    parser.add_argument("--cell-timeout", type=float, default=Limits.cell_timeout_s)
+    parser.add_argument("--notebook-timeout", type=float, default=Limits.notebook_timeout_s)
+    parser.add_argument("--memory-mb", type=int, default=Limits.memory_mb)
+    args = parser.parse_args(argv)
+    limits = Limits(cell_timeout_s=args.cell_timeout, notebook_timeout_s=args.notebook_timeout,
+                    memory_mb=args.memory_mb)
+    result = grade_submission(Course().root, args.chapter, args.notebook, args.student, limits)
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=1))
+    if args.html:
+        args.html.write_text(feedback_html(result))
+    print(f"{result['student']} {result['chapter']}: {result['status']} {result['score']:g}/{result['max_score']:g}"
+          f"{' (' + result['reason'] + ')' if result['reason'] else ''}  [{result['seconds']:.1f} s]")
+    for flag in result["flags"]:
+        print(f"  flag: {flag}")
+    for gid, cell in result["cells"].items():
+        print(f"  {'PASS' if cell['passed'] else 'FAIL'} {gid} {cell['score']:g}/{cell['max_score']:g}")
+        for m in cell["messages"]:
+            print(f"      {m}")
+    return 0 if result["status"] != "failed" else 1
