@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import matplotlib.pyplot as plt
+from matplotlib.ticker import MaxNLocator
 
 
 def show_heatmaps(matrices, titles=None, xlabel="keys", ylabel="queries", cmap="Reds", figsize_per=2.8):
@@ -19,6 +20,8 @@ def show_heatmaps(matrices, titles=None, xlabel="keys", ylabel="queries", cmap="
     fig, axes = plt.subplots(1, n, figsize=(figsize_per * n + 0.8, figsize_per), squeeze=False)
     for i, ax in enumerate(axes[0]):
         image = ax.imshow(matrices[i], cmap=cmap, vmin=0.0, vmax=max(float(matrices[i].max()), 1e-12))
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # rows and columns are positions
+        ax.yaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_xlabel(xlabel)
         if i == 0:
             ax.set_ylabel(ylabel)
