@@ -1,6 +1,8 @@
 """``python -m autograder COMMAND``: the course's instructor commands.
 
 - ``release [CHAPTER...]``: regenerate ``chapters/`` from ``solutions/``.
+- ``grade [CHAPTER...] [--workers N] [--scheduler tcp://HOST:PORT] [--db URL] [--force] [--submitted DIR]``:
+  grade every submission in parallel into the gradebook, with feedback, grades CSV and class report.
 - ``nbgrader ARGS...``: run nbgrader with this course's configuration (e.g. ``nbgrader autograde 03_scoring_functions``).
 """
 from __future__ import annotations
@@ -21,6 +23,10 @@ def main(argv: list[str]) -> int:
         from .release import main as release_main
 
         return release_main(rest)
+    if command == "grade":
+        from .batch import main as grade_main
+
+        return grade_main(rest)
     if command == "nbgrader":
         course = Course()
         return subprocess.call([sys.executable, "-m", "nbgrader", *rest], env=course.nbgrader_env(),

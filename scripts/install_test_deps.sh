@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # System packages the test suite needs that pip cannot provide (idempotent). Needs root (or sudo).
 set -euo pipefail
-packages=(chromium)
+# postgresql: tests/test_postgres.py runs a real server from /usr/lib/postgresql/*/bin (initdb, pg_ctl).
+packages=(chromium postgresql)
 missing=()
 for p in "${packages[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

@@ -1,0 +1,758 @@
+"""Grade a whole class: ``python -m autograder grade [CHAPTER ...] [options]``.
+
+Reads nbgrader's ``submitted/`` layout (``grading/submitted/<student>/<chapter>/<chapter>.ipynb``) and, for
+every submission, runs the isolated grading engine (``autograder.isolation.Engine``: a warm process that
+has imported torch once and forks a sandboxed child per notebook), then writes
+
+- the nbgrader gradebook (``--db``; SQLite ``grading/gradebook.db`` by default, PostgreSQL through a
+  ``postgresql+psycopg2://USER@HOST:PORT/DB`` URL), one transaction per notebook as soon as it is graded;
+- the executed notebook (``grading/autograded/<student>/<chapter>/<chapter>.ipynb``, for formgrader);
+- per-learner feedback (``grading/feedback/<student>/<chapter>/<chapter>.html``);
+- ``grading/grades.csv`` (one row per learner and chapter), ``grading/grades_by_exercise.csv`` (one row
+  per graded cell) and the class report ``grading/reports/class_report.html``.
+
+Parallelism: ``--workers N`` local worker processes (default: one per CPU), each holding one warm engine;
+results come back to this process, the only gradebook writer. ``--scheduler tcp://HOST:PORT`` grades on a
+Dask distributed cluster instead: the submission bytes and the course files grading needs (source
+notebooks, reference expectations) are shipped to the workers, so they need this repository's code and
+Python environment but no shared filesystem (start them with ``dask worker tcp://HOST:PORT --nthreads 1``).
+
+Resuming: each recorded notebook carries a key (hash of the submission, its chapter's source notebook and
+the grading code). A run grades only submissions without a matching key, so a run killed at any point
+and started again finishes the job; ``--force`` regrades everything.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import ctypes
+import hashlib
+import importlib
+import importlib.util
+import io
+import json
+import multiprocessing as mp
+import multiprocessing.connection
+import os
+import signal
+import sys
+import tempfile
+import threading
+import time
+import traceback
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from .course import Course
+
+ENGINE_MODULE = "autograder.isolation"
+# Modules whose code does not change a score (everything else under autograder/ and attention_course/ does).
+_NOT_GRADING_CODE = {"batch.py", "gradebook.py", "report.py", "__main__.py", "release.py", "submissions.py",
+                     "nbgrader_config.py", "course.py", "__init__.py"}
+# One BLAS/OpenMP thread per notebook: scores do not depend on the worker count, and N workers do not
+# oversubscribe N cores.
+_THREAD_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
+
+
+def engine_module_name() -> str:
+    # AUTOGRADER_ENGINE lets tests and benchmarks swap in another engine with the same interface.
+    return os.environ.get("AUTOGRADER_ENGINE", ENGINE_MODULE)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Submissions and resume keys
+# ----------------------------------------------------------------------------------------------------
+@dataclass
+class Task:
+    student: str
+    chapter: str
+    path: str  # the submitted notebook
+    key: str = ""
+    timestamp: str | None = None
+
+
+def discover(submitted: Path, chapters: list[str]) -> list[Task]:
+    """Every <student>/<chapter>/ folder: its <chapter>.ipynb, else its only notebook (graded as given)."""
+    tasks = []
+    if not submitted.is_dir():
+        return tasks
+    for student_dir in sorted(p for p in submitted.iterdir() if p.is_dir() and not p.name.startswith(".")):
+        for chapter in chapters:
+            folder = student_dir / chapter
+            if not folder.is_dir():
+                continue
+            path = folder / f"{chapter}.ipynb"
+            if not path.is_file():
+                found = sorted(p for p in folder.glob("*.ipynb") if p.is_file())
+                path = found[0] if found else path
+            stamp = folder / "timestamp.txt"
+            tasks.append(Task(student_dir.name, chapter, str(path),
+                              timestamp=stamp.read_text().strip() if stamp.is_file() else None))
+    return tasks
+
+
+def _sha(*parts: bytes) -> str:
+    h = hashlib.sha256()
+    for part in parts:
+        h.update(len(part).to_bytes(8, "little"))
+        h.update(part)
+    return h.hexdigest()
+
+
+def grading_code_hash() -> str:
+    """Hash of the code that decides scores: the check library, the engine and its helpers."""
+    import attention_course
+
+    files = sorted(Path(attention_course.__file__).parent.glob("*.py"))
+    files += sorted(p for p in Path(__file__).parent.glob("*.py") if p.name not in _NOT_GRADING_CODE)
+    engine = importlib.util.find_spec(engine_module_name())
+    if engine is not None and engine.origin and Path(engine.origin) not in files:
+        files.append(Path(engine.origin))
+    return _sha(*(p.name.encode() + b"\0" + p.read_bytes() for p in files))
+
+
+def submission_key(task: Task, source_bytes: bytes, code_hash: str, limits_repr: str) -> str:
+    path = Path(task.path)
+    content = path.read_bytes() if path.is_file() else b"<missing>"
+    return _sha(b"attention-course-grade-v1", code_hash.encode(), limits_repr.encode(), task.chapter.encode(),
+                path.name.encode(), source_bytes, content)[:40]
+
+
+def failed_result(task: Task, reason: str) -> dict:
+    return {"student": task.student, "chapter": task.chapter, "status": "failed", "reason": reason,
+            "flags": [], "score": 0.0, "max_score": 0.0, "cells": {}, "executed_notebook": None, "seconds": 0.0}
+
+
+def missing_result(task: Task, max_score: float) -> dict:
+    return {"student": task.student, "chapter": task.chapter, "status": "zero",
+            "reason": "no notebook submitted", "flags": [], "score": 0.0, "max_score": max_score,
+            "cells": {}, "executed_notebook": None, "seconds": 0.0}
+
+
+# ----------------------------------------------------------------------------------------------------
+# Worker side (local processes and Dask workers)
+# ----------------------------------------------------------------------------------------------------
+def _die_with_parent() -> None:
+    """Linux: SIGKILL this worker when the process that started it dies (even by SIGKILL)."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+    except Exception:
+        pass
+
+
+def _make_engine(course_root: Path, module_name: str, limits: dict):
+    os.environ.update(_THREAD_ENV)
+    module = importlib.import_module(module_name)
+    engine = module.Engine(Path(course_root), module.Limits(**limits))
+    enter = getattr(engine, "__enter__", None)
+    return enter() if enter else engine
+
+
+def _close_engine(engine) -> None:
+    try:
+        exit_ = getattr(engine, "__exit__", None)
+        if exit_:
+            exit_(None, None, None)
+        elif hasattr(engine, "close"):
+            engine.close()
+    except Exception:
+        pass
+
+
+def _grade_with(engine, task: Task, submission: Path) -> dict:
+    started = time.perf_counter()
+    try:
+        result = engine.grade(task.chapter, submission, task.student)
+        # Only JSON crosses process boundaries and reaches the gradebook.
+        result = json.loads(json.dumps(result))
+    except Exception:
+        result = failed_result(task, "grader error: " + traceback.format_exc(limit=8)[-2000:])
+    result.setdefault("seconds", time.perf_counter() - started)
+    return result
+
+
+def _prepare_with(engine, chapter: str) -> str | None:
+    """Build (or load) what the engine needs once per chapter, e.g. its reference profile; None when fine."""
+    prepare = getattr(engine, "profile", None)
+    if prepare is None:
+        return None
+    try:
+        prepare(chapter)
+        return None
+    except Exception:
+        return traceback.format_exc(limit=6)[-3000:]
+
+
+def _local_worker(conn, course_root: str, module_name: str, limits: dict) -> None:
+    _die_with_parent()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when to stop
+    try:
+        engine = _make_engine(Path(course_root), module_name, limits)
+    except Exception:
+        conn.send(("fatal", traceback.format_exc()))
+        return
+    try:
+        conn.send(("ready", None))
+        while True:
+            try:
+                msg = conn.recv()
+            except EOFError:
+                break
+            if msg is None:
+                break
+            if msg.get("op") == "prepare":
+                conn.send(("prepared", _prepare_with(engine, msg["chapter"])))
+                continue
+            task = Task(**msg)
+            conn.send(("result", _grade_with(engine, task, Path(task.path))))
+    finally:
+        _close_engine(engine)
+
+
+_worker_state = threading.local()
+_materialise_lock = threading.Lock()
+
+
+def _materialise(bundle: dict) -> Path:
+    """Write the shipped course files once per worker machine; returns the course root.
+
+    ``bundle["files"]`` (sources, release) name the root; ``bundle["cache"]`` (the engine's per-chapter
+    caches, e.g. reference profiles) are added to it when missing."""
+    base = Path(tempfile.gettempdir()) / f"attention-course-grader-{os.getuid()}"
+    root = base / bundle["hash"]
+    with _materialise_lock:
+        _materialise_files(base, root, bundle)
+        for rel, data in bundle.get("cache", {}).items():
+            dest = root / rel
+            if not dest.is_file():
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                tmp = dest.with_name(f".{dest.name}.{os.getpid()}.tmp")
+                tmp.write_bytes(data)
+                os.replace(tmp, dest)
+    return root
+
+
+def _materialise_files(base: Path, root: Path, bundle: dict) -> None:
+    if (root / ".complete").is_file():
+        return
+    base.mkdir(mode=0o700, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(dir=base))
+    for rel, data in bundle["files"].items():
+        dest = staging / rel
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        dest.write_bytes(data)
+    (staging / ".complete").write_text("")
+    try:
+        staging.rename(root)
+    except OSError:  # another worker process on this machine won the race
+        import shutil
+
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def _thread_engine(root: Path, module_name: str, limits: dict):
+    """This Dask worker thread's warm engine for a materialised course root."""
+    engines = getattr(_worker_state, "engines", None)
+    if engines is None:
+        engines = _worker_state.engines = {}
+    if root not in engines:
+        engines[root] = _make_engine(root, module_name, limits)
+    return engines[root]
+
+
+def prepare_on_dask_worker(bundle: dict, chapter: str, module_name: str, limits: dict) -> dict:
+    """A Dask task: build the engine's per-chapter cache; returns the files it wrote under grading/expected."""
+    root = _materialise(bundle)
+    cache_dir = root / "grading" / "expected"
+    before = {p: p.stat().st_mtime_ns for p in cache_dir.glob("*")} if cache_dir.is_dir() else {}
+    error = _prepare_with(_thread_engine(root, module_name, limits), chapter)
+    if error:
+        return {"error": error, "files": {}}
+    files = {}
+    for p in sorted(cache_dir.glob("*")) if cache_dir.is_dir() else []:
+        if p.is_file() and not p.name.startswith(".") and before.get(p) != p.stat().st_mtime_ns:
+            files[str(p.relative_to(root))] = p.read_bytes()
+    return {"error": None, "files": files}
+
+
+def grade_on_dask_worker(bundle: dict, task: dict, payload: bytes | None, module_name: str, limits: dict) -> dict:
+    """A Dask task: grade one shipped submission with this worker thread's warm engine."""
+    root = _materialise(bundle)
+    task = Task(**task)
+    try:
+        engine = _thread_engine(root, module_name, limits)
+    except Exception:
+        return failed_result(task, "engine failed to start on the worker: " + traceback.format_exc()[-2000:])
+    with tempfile.TemporaryDirectory(prefix="submission-") as tmp:
+        path = Path(tmp) / task.student / task.chapter / Path(task.path).name
+        path.parent.mkdir(parents=True)
+        if payload is not None:
+            path.write_bytes(payload)
+        result = _grade_with(engine, task, path)
+    result["worker"] = os.uname().nodename
+    return result
+
+
+# ----------------------------------------------------------------------------------------------------
+# Backends: each yields (task, result) as results arrive
+# ----------------------------------------------------------------------------------------------------
+class LocalBackend:
+    """N worker processes, each with one warm engine; tasks handed out one at a time to idle workers."""
+
+    def __init__(self, workers: int, course_root: Path, module_name: str, limits: dict, max_restarts: int = 8):
+        self.n = max(1, workers)
+        self.args = (str(course_root), module_name, limits)
+        self.ctx = mp.get_context("spawn")
+        self.max_restarts = max_restarts
+        self.procs: list = []
+
+    def describe(self, tasks: int) -> str:
+        return f"with {min(self.n, max(1, tasks))} worker process(es)"
+
+    def _start(self):
+        parent, child = self.ctx.Pipe()
+        proc = self.ctx.Process(target=_local_worker, args=(child, *self.args), daemon=True)
+        proc.start()
+        child.close()
+        w = {"proc": proc, "conn": parent, "task": None, "closing": False, "idle": False}
+        self.procs.append(w)
+        return w
+
+    def _retire(self, w):
+        if w in self.procs:
+            self.procs.remove(w)
+        try:
+            w["conn"].close()
+        except OSError:
+            pass
+        if w["proc"].is_alive():
+            w["proc"].kill()
+        w["proc"].join(5)
+
+    def start(self, expected_tasks: int) -> None:
+        """Start the workers now (they warm up while the caller opens the gradebook)."""
+        while len(self.procs) < min(self.n, expected_tasks):
+            self._start()
+
+    def stop(self) -> None:
+        for w in list(self.procs):
+            self._retire(w)
+
+    def _await(self, w, kind: str):
+        while True:
+            try:
+                k, payload = w["conn"].recv()
+            except (EOFError, OSError):
+                raise RuntimeError("a grading worker died while starting (see the messages above)") from None
+            if k == "fatal":
+                raise RuntimeError("the grading engine failed to start:\n" + payload)
+            if k == kind:
+                return payload
+
+    def prepare(self, chapters: list[str]) -> None:
+        """One worker builds the engine's per-chapter caches (reference profiles) before anyone grades."""
+        if not chapters:
+            return
+        self.start(1)
+        w = self.procs[0]
+        if not w["idle"]:
+            self._await(w, "ready")
+        for chapter in chapters:
+            w["conn"].send({"op": "prepare", "chapter": chapter})
+            error = self._await(w, "prepared")
+            if error:
+                raise RuntimeError(f"the grading engine could not prepare {chapter}:\n{error}")
+        w["idle"] = True
+
+    def run(self, tasks: list[Task]):
+        pending = list(reversed(tasks))
+        attempts: dict[int, int] = {}
+        restarts = 0
+        for w in [w for w in self.procs if not w["idle"]][max(0, len(tasks) - 1):]:
+            self._retire(w)  # more warm workers than tasks
+        self.start(len(tasks))
+
+        def assign(w) -> None:
+            w["idle"] = False
+            if pending:
+                w["task"] = pending.pop()
+                w["conn"].send(asdict(w["task"]))
+            else:
+                w["closing"] = True
+                w["conn"].send(None)
+
+        try:
+            for w in list(self.procs):
+                if w["idle"]:
+                    assign(w)
+            while pending or any(w["task"] is not None for w in self.procs):
+                if not self.procs:
+                    raise RuntimeError("all grading workers died")
+                waitables = {}
+                for w in self.procs:
+                    waitables[w["conn"]] = w
+                    waitables[w["proc"].sentinel] = w
+                for ready in mp.connection.wait(list(waitables)):
+                    w = waitables[ready]
+                    if w not in self.procs:
+                        continue
+                    msg = None
+                    if ready is w["conn"] or w["conn"].poll():
+                        try:
+                            msg = w["conn"].recv()
+                        except (EOFError, OSError):
+                            msg = None
+                    if msg is None:  # the worker exited (asked to, or died)
+                        task, closing = w["task"], w["closing"]
+                        self._retire(w)
+                        if closing:
+                            continue
+                        if task is not None:
+                            attempts[id(task)] = attempts.get(id(task), 0) + 1
+                            if attempts[id(task)] >= 2:
+                                yield task, failed_result(task, "the grading worker died twice on this notebook")
+                            else:
+                                pending.append(task)
+                        if pending and restarts < self.max_restarts:
+                            restarts += 1
+                            self._start()
+                        continue
+                    kind, payload = msg
+                    if kind == "fatal":
+                        raise RuntimeError("the grading engine failed to start:\n" + payload)
+                    if kind == "result":
+                        task, w["task"] = w["task"], None
+                        yield task, payload
+                    if kind in ("ready", "result"):
+                        assign(w)
+        finally:
+            for w in list(self.procs):
+                try:
+                    w["conn"].send(None)
+                except OSError:
+                    pass
+            deadline = time.monotonic() + 10
+            for w in list(self.procs):
+                w["proc"].join(max(0.0, deadline - time.monotonic()))
+                self._retire(w)
+
+
+class DaskBackend:
+    """Grade on a Dask distributed cluster; ships submission bytes and the course files grading needs.
+
+    Workers need this repository's code and Python environment (``pip install -e .``, torch, ...) but no
+    shared filesystem: each gets the chapters' source and release notebooks once (``client.scatter``) and
+    every submission's bytes with its task; the engine's per-chapter cache (the reference profile) is
+    built once on some worker, brought back here (and kept in ``grading/expected/``) and shipped to all."""
+
+    def __init__(self, address: str, course: Course, chapters: list[str], module_name: str, limits: dict):
+        self.address = address
+        self.course = course
+        self.chapters = chapters
+        self.args = (module_name, limits)
+        self.client = None
+
+    def describe(self, tasks: int) -> str:
+        return f"on the Dask cluster {self.address}"
+
+    def _course_files(self) -> dict[str, bytes]:
+        root = self.course.root
+        files = {"autograder/nbgrader_config.py": (root / "autograder" / "nbgrader_config.py").read_bytes()}
+        for chapter in self.chapters:
+            for folder in (self.course.solutions / chapter, self.course.chapters_dir / chapter):
+                if folder.is_dir():
+                    for p in sorted(folder.rglob("*")):
+                        if p.is_file() and "__pycache__" not in p.parts and ".ipynb_checkpoints" not in p.parts:
+                            files[str(p.relative_to(root))] = p.read_bytes()
+        return files
+
+    def _cache_files(self) -> dict[str, bytes]:
+        cache_dir = self.course.grading / "expected"
+        files = {}
+        if cache_dir.is_dir():
+            for p in sorted(cache_dir.iterdir()):
+                if p.is_file() and p.suffix == ".json" and any(ch in p.name for ch in self.chapters):
+                    files[str(p.relative_to(self.course.root))] = p.read_bytes()
+        return files
+
+    def bundle(self) -> dict:
+        files = self._course_files()
+        digest = _sha(*(k.encode() + b"\0" + v for k, v in sorted(files.items())))[:24]
+        return {"hash": digest, "files": files, "cache": self._cache_files()}
+
+    def start(self, expected_tasks: int) -> None:
+        if self.client is None and expected_tasks:
+            from distributed import Client
+
+            self.client = Client(self.address, timeout="60s")
+
+    def stop(self) -> None:
+        if self.client is not None:
+            self.client.close()
+            self.client = None
+
+    def prepare(self, chapters: list[str]) -> None:
+        if not chapters:
+            return
+        self.start(1)
+        bundle = self.bundle()
+        futures = [self.client.submit(prepare_on_dask_worker, bundle, ch, *self.args, pure=False) for ch in chapters]
+        for chapter, fut in zip(chapters, futures):
+            out = fut.result()
+            if out["error"]:
+                raise RuntimeError(f"the grading engine could not prepare {chapter} on a worker:\n{out['error']}")
+            for rel, data in out["files"].items():
+                dest = self.course.root / rel
+                if not dest.is_file():
+                    _write_atomic_bytes(dest, data)
+
+    def run(self, tasks: list[Task]):
+        from distributed import as_completed
+
+        self.start(len(tasks))
+        client = self.client
+        bundle = client.scatter(self.bundle(), broadcast=True, hash=False)
+        futures = {}
+        for task in tasks:
+            path = Path(task.path)
+            payload = path.read_bytes() if path.is_file() else None
+            fut = client.submit(grade_on_dask_worker, bundle, asdict(task), payload, *self.args,
+                                pure=False, retries=1, key=f"grade-{task.student}-{task.chapter}-{task.key[:12]}")
+            futures[fut] = task
+        try:
+            for fut in as_completed(futures):
+                task = futures.pop(fut)
+                try:
+                    result = fut.result()
+                except Exception as err:
+                    result = failed_result(task, f"dask task failed: {type(err).__name__}: {err}")
+                yield task, result
+        finally:
+            for fut in futures:
+                fut.cancel()
+
+
+# ----------------------------------------------------------------------------------------------------
+# The run
+# ----------------------------------------------------------------------------------------------------
+@dataclass
+class Summary:
+    submissions: int = 0
+    up_to_date: int = 0
+    graded: int = 0
+    zero: int = 0
+    flagged: int = 0
+    failed: int = 0
+    seconds: float = 0.0
+    failures: list = field(default_factory=list)
+
+    @property
+    def processed(self) -> int:
+        return self.graded + self.zero + self.failed
+
+    def line(self) -> str:
+        per = f", {self.seconds / self.processed:.2f} s per notebook" if self.processed else ""
+        return (f"{self.submissions} submissions: {self.graded} graded, {self.zero} zero, {self.flagged} flagged, "
+                f"{self.failed} failed, {self.up_to_date} already up to date; {self.seconds:.1f} s{per}")
+
+
+def _write_atomic(path: Path, data: str) -> None:
+    _write_atomic_bytes(path, data.encode("utf-8"))
+
+
+def _write_atomic_bytes(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+
+
+def write_outputs(course: Course, result: dict) -> None:
+    """The executed notebook (for formgrader) and the learner's feedback page."""
+    student, chapter = result["student"], result["chapter"]
+    if result.get("executed_notebook"):
+        _write_atomic(course.grading / "autograded" / student / chapter / f"{chapter}.ipynb",
+                      json.dumps(result["executed_notebook"], indent=1, ensure_ascii=False))
+    feedback_html = getattr(importlib.import_module(engine_module_name()), "feedback_html", None)
+    if feedback_html is not None:
+        _write_atomic(course.grading / "feedback" / student / chapter / f"{chapter}.html", feedback_html(result))
+
+
+def write_csv(course: Course, rows: list[dict]) -> tuple[Path, Path]:
+    out = course.grading / "grades.csv"
+    buf = io.StringIO()
+    w = csv.writer(buf)
+    w.writerow(["student", "chapter", "status", "score", "max_score", "percent", "flagged", "flags", "reason",
+                "graded_at"])
+    for r in sorted(rows, key=lambda r: (r["student"], r["chapter"])):
+        pct = 100.0 * r["score"] / r["max_score"] if r["max_score"] else 0.0
+        w.writerow([r["student"], r["chapter"], r["status"], f"{r['score']:g}", f"{r['max_score']:g}", f"{pct:.1f}",
+                    "yes" if r["flags"] else "no", " | ".join(r["flags"]), r["reason"],
+                    r["graded_at"].isoformat(timespec="seconds") if r.get("graded_at") else ""])
+    _write_atomic(out, buf.getvalue())
+    per_cell = course.grading / "grades_by_exercise.csv"
+    buf = io.StringIO()
+    w = csv.writer(buf)
+    w.writerow(["student", "chapter", "cell", "score", "max_score", "passed", "messages"])
+    for r in sorted(rows, key=lambda r: (r["student"], r["chapter"])):
+        for cell, v in sorted(r["cells"].items()):
+            w.writerow([r["student"], r["chapter"], cell, f"{v['score']:g}", f"{v['max_score']:g}",
+                        "yes" if v["passed"] else "no", " | ".join(v["messages"])])
+    _write_atomic(per_cell, buf.getvalue())
+    return out, per_cell
+
+
+def grade(course: Course, chapters: list[str] | None = None, *, workers: int | None = None,
+          scheduler: str | None = None, db_url: str | None = None, force: bool = False,
+          submitted: Path | None = None, limits: dict | None = None, progress: bool = True,
+          report: bool = True, log=print) -> Summary:
+    from .gradebook import GradebookWriter
+
+    started = time.perf_counter()
+    all_chapters = course.chapters()
+    chapters = list(chapters or all_chapters)
+    unknown = [c for c in chapters if c not in all_chapters]
+    if unknown:
+        raise SystemExit(f"unknown chapter(s) {unknown}; the course has {all_chapters}")
+    submitted = Path(submitted) if submitted else course.grading / "submitted"
+    db_url = db_url or course.db_url
+    limits = dict(limits or {})
+    module_name = engine_module_name()
+
+    tasks = discover(submitted, chapters)
+    summary = Summary(submissions=len(tasks))
+    if scheduler:
+        backend = DaskBackend(scheduler, course, chapters, module_name, limits)
+    else:
+        backend = LocalBackend(workers or os.cpu_count() or 1, course.root, module_name, limits)
+    try:
+        backend.start(len(tasks))  # workers warm up (torch import) while this process opens the gradebook
+        # The engine's defaults are part of its code (hashed); only overrides need to enter the key.
+        code_hash = grading_code_hash()
+        limits_repr = json.dumps(limits, sort_keys=True)
+        sources = {ch: course.source_notebook(ch).read_bytes() for ch in chapters}
+        for task in tasks:
+            task.key = submission_key(task, sources[task.chapter], code_hash, limits_repr)
+        with GradebookWriter(db_url) as writer:
+            rows = _grade_into(writer, course, tasks, sources, backend, summary, force, progress, log)
+    finally:
+        backend.stop()
+    write_csv(course, rows)
+    if report:
+        from .report import write_report
+
+        path = write_report(course, rows, failures=summary.failures)
+        log(f"class report: {path}")
+    summary.seconds = time.perf_counter() - started
+    log(summary.line())
+    return summary
+
+
+def _grade_into(writer, course: Course, tasks: list[Task], sources: dict, backend, summary: Summary, force: bool,
+                progress: bool, log) -> list[dict]:
+    import nbformat
+    from tqdm import tqdm
+
+    max_scores = {}
+    for ch in sorted({t.chapter for t in tasks}):
+        nb = nbformat.reads(sources[ch].decode(), as_version=4)
+        writer.register_chapter(ch, nb)
+        max_scores[ch] = sum(float(c.metadata.get("nbgrader", {}).get("points", 0)) for c in nb.cells
+                             if c.metadata.get("nbgrader", {}).get("grade"))
+    done = {} if force else writer.done_keys()
+    todo = [t for t in tasks if done.get((t.student, t.chapter)) != t.key]
+    summary.up_to_date = len(tasks) - len(todo)
+    missing = [t for t in todo if not Path(t.path).is_file()]
+    runnable = [t for t in todo if Path(t.path).is_file()]
+    log(f"{len(tasks)} submissions: {summary.up_to_date} up to date, {len(todo)} to grade "
+        + backend.describe(len(runnable)))
+    if not runnable:
+        backend.stop()
+    else:
+        # Once per chapter, before anyone grades it (the engine's reference profile; cached on disk).
+        backend.prepare(sorted({t.chapter for t in runnable}))
+
+    def record(task: Task, result: dict, bar) -> None:
+        status = result.get("status")
+        if status not in ("graded", "zero"):
+            summary.failed += 1
+            summary.failures.append({"student": task.student, "chapter": task.chapter,
+                                     "reason": str(result.get("reason", ""))})
+            bar.write(f"FAILED {task.student}/{task.chapter}: {str(result.get('reason', ''))[-600:]}")
+        else:
+            result["student"], result["chapter"] = task.student, task.chapter
+            write_outputs(course, result)
+            writer.write_result(result, task.key, _parse_timestamp(task.timestamp))
+            summary.graded += status == "graded"
+            summary.zero += status == "zero"
+            summary.flagged += bool(result.get("flags"))
+        bar.update(1)
+        bar.set_postfix(zero=summary.zero, flagged=summary.flagged, failed=summary.failed, refresh=False)
+
+    with tqdm(total=len(todo), unit="nb", desc="grading", disable=not progress, file=sys.stderr,
+              dynamic_ncols=True, mininterval=0.5) as bar:
+        for task in missing:
+            record(task, missing_result(task, max_scores[task.chapter]), bar)
+        if runnable:
+            for task, result in backend.run(runnable):
+                record(task, result, bar)
+    return writer.results()
+
+
+def _parse_timestamp(text: str | None):
+    if not text:
+        return None
+    try:
+        from nbgrader.utils import parse_utc
+
+        return parse_utc(text)
+    except Exception:
+        return None
+
+
+def _sigterm(signum, frame):
+    raise KeyboardInterrupt
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m autograder grade",
+                                     description="Grade every submission of one or all chapters, in parallel "
+                                                 "and resumably, into the nbgrader gradebook.")
+    parser.add_argument("chapters", nargs="*", metavar="CHAPTER", help="chapter ids (default: all)")
+    parser.add_argument("--workers", type=int, default=None,
+                        help="local worker processes, one warm engine each (default: one per CPU)")
+    parser.add_argument("--scheduler", metavar="tcp://HOST:PORT", help="grade on this Dask distributed cluster")
+    parser.add_argument("--db", metavar="URL", help="gradebook URL (default: sqlite grading/gradebook.db; "
+                                                    "postgresql+psycopg2://USER@HOST:PORT/DB for PostgreSQL)")
+    parser.add_argument("--force", action="store_true", help="regrade submissions already graded")
+    parser.add_argument("--submitted", type=Path, metavar="DIR",
+                        help="submissions folder, DIR/<student>/<chapter>/<chapter>.ipynb "
+                             "(default: grading/submitted)")
+    parser.add_argument("--course", type=Path, metavar="DIR", help="course root (default: this repository)")
+    parser.add_argument("--cell-timeout", type=float, help="seconds per cell (engine default otherwise)")
+    parser.add_argument("--notebook-timeout", type=float, help="seconds per notebook (engine default otherwise)")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    args = parser.parse_args(argv)
+    limits = {}
+    if args.cell_timeout:
+        limits["cell_timeout_s"] = args.cell_timeout
+    if args.notebook_timeout:
+        limits["notebook_timeout_s"] = args.notebook_timeout
+    signal.signal(signal.SIGTERM, _sigterm)
+    course = Course(args.course) if args.course else Course()
+    try:
+        summary = grade(course, args.chapters, workers=args.workers, scheduler=args.scheduler, db_url=args.db,
+                        force=args.force, submitted=args.submitted, limits=limits,
+                        progress=not args.no_progress)
+    except KeyboardInterrupt:
+        print("interrupted: what was graded is recorded; run the same command again to finish", file=sys.stderr)
+        return 130
+    except RuntimeError as err:
+        print(f"grading stopped: {err}", file=sys.stderr)
+        return 2
+    return 1 if summary.failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

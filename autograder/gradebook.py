@@ -1,0 +1,298 @@
+"""Writing batch-grading results into the nbgrader gradebook.
+
+The gradebook is nbgrader's own database (``nbgrader.api``: SQLite by default, PostgreSQL through a
+``postgresql+psycopg2://`` URL), so ``nbgrader export``, formgrader and ``nbgrader generate_feedback`` keep
+working on it. For every graded notebook we store, in ONE transaction:
+
+- the student, the submission and the submitted notebook (nbgrader's rows, created as nbgrader's own
+  ``add_submission`` would: one ``Grade`` per grade cell, one ``Comment`` per solution cell);
+- ``Grade.auto_score`` of every graded test cell (manual scores an instructor entered are kept);
+- ``SubmittedNotebook.flagged`` when the grader flagged the notebook (edited/deleted/duplicated test cells...),
+  and the flags and the reason of a zero as the autograder comment of the first solution cell, which
+  formgrader and generated feedback show;
+- one row of our own table ``autograder_result`` (student, chapter, the resume key, status, reason, flags,
+  per-cell scores and verdict messages). nbgrader ignores this table; it is what makes grading resumable
+  (a submission whose key is already there is not graded again) and what the CSV and class report read.
+
+Because the nbgrader rows and the ``autograder_result`` row commit together, a run killed at any point
+leaves every notebook either fully recorded or not at all. Transactions that meet a concurrent writer
+(``database is locked`` on SQLite, a unique-key race between two runs on PostgreSQL) are retried.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import random
+import sqlite3
+import sys
+import time
+from pathlib import Path
+
+from nbgrader.api import (Assignment, Comment, Grade, Gradebook, GradeCell, Notebook, SolutionCell, Student,
+                          SubmittedAssignment, SubmittedNotebook)
+from sqlalchemy import Column, DateTime, Float, MetaData, String, Table, Text, and_, delete, insert, select
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
+
+from attention_course.cells import grade_id, nbgrader_meta
+
+# Must match c.CourseDirectory.course_id in autograder/nbgrader_config.py.
+COURSE_ID = "attention-from-scratch"
+
+_meta = MetaData()
+RESULTS = Table(
+    "autograder_result", _meta,
+    Column("student", String(128), primary_key=True),
+    Column("chapter", String(128), primary_key=True),
+    Column("key", String(64), nullable=False),
+    Column("status", String(16), nullable=False),
+    Column("reason", Text, nullable=False, default=""),
+    Column("flags", Text, nullable=False, default="[]"),
+    Column("score", Float, nullable=False),
+    Column("max_score", Float, nullable=False),
+    Column("cells", Text, nullable=False, default="{}"),
+    Column("seconds", Float),
+    Column("graded_at", DateTime),
+)
+
+RETRIES = 12
+
+
+def _prepare_sqlite(db_url: str) -> str:
+    """Create the folder, switch the file to WAL (readers never block the writer) and wait on locks."""
+    url = make_url(db_url)
+    if not url.database or url.database == ":memory:":
+        return db_url
+    path = Path(url.database)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    con = sqlite3.connect(path, timeout=60)
+    try:
+        con.execute("PRAGMA journal_mode=WAL")
+    finally:
+        con.close()
+    if "timeout" not in url.query:
+        url = url.update_query_dict({"timeout": "60"})
+    return url.render_as_string(hide_password=False)
+
+
+def is_sqlite(db_url: str) -> bool:
+    return make_url(db_url).get_backend_name() == "sqlite"
+
+
+class GradebookWriter:
+    """The one writer of a batch run. Use as a context manager."""
+
+    def __init__(self, db_url: str, course_id: str = COURSE_ID):
+        self.db_url = db_url
+        # nbgrader runs `alembic` (installed beside this interpreter) when it creates a new gradebook.
+        bindir = str(Path(sys.executable).parent)
+        if bindir not in os.environ.get("PATH", "").split(os.pathsep):
+            os.environ["PATH"] = os.pathsep.join([bindir, os.environ.get("PATH", "")])
+        url = _prepare_sqlite(db_url) if is_sqlite(db_url) else db_url
+        self.gb = self._retry(lambda: Gradebook(url, course_id=course_id), fresh_session=False)
+        self.course_id = course_id
+        self.session = self.gb.db
+        self._retry(lambda: _meta.create_all(self.gb.engine))
+
+    # -- plumbing -------------------------------------------------------------------------------
+    def close(self) -> None:
+        self.gb.close()
+
+    def __enter__(self) -> "GradebookWriter":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _retry(self, action, fresh_session: bool = True):
+        """Run ``action`` (one transaction) again when a concurrent writer got in the way."""
+        for attempt in range(RETRIES):
+            try:
+                return action()
+            except (OperationalError, IntegrityError, DBAPIError) as err:
+                if fresh_session:
+                    self.session.rollback()
+                transient = isinstance(err, IntegrityError) or "locked" in str(err) or "busy" in str(err) \
+                    or "could not serialize" in str(err) or "deadlock" in str(err) or "already exists" in str(err)
+                if not transient or attempt == RETRIES - 1:
+                    raise
+                time.sleep(min(2.0, 0.05 * 2 ** attempt) * (0.5 + random.random()))
+
+    # -- chapters ---------------------------------------------------------------------------------
+    def register_chapter(self, chapter: str, source_nb) -> None:
+        """Make sure the gradebook knows the chapter with the grade and solution cells of its source.
+
+        ``python -m autograder release`` registers chapters through nbgrader already; this covers a fresh
+        database (e.g. a new PostgreSQL gradebook) and a source notebook that gained cells since.
+        """
+        self._retry(lambda: self._register(chapter, source_nb))
+
+    def _register(self, chapter: str, source_nb) -> None:
+        s = self.session
+        assignment = s.execute(select(Assignment).filter_by(name=chapter)).scalar_one_or_none()
+        if assignment is None:
+            assignment = Assignment(name=chapter, course_id=self.course_id)
+            s.add(assignment)
+            s.flush()
+        notebook = s.execute(select(Notebook).filter_by(name=chapter, assignment_id=assignment.id)
+                             ).scalar_one_or_none()
+        if notebook is None:
+            kernelspec = source_nb.metadata.get("kernelspec")
+            notebook = Notebook(name=chapter, assignment=assignment,
+                                kernelspec=json.dumps(dict(kernelspec)) if kernelspec else None)
+            s.add(notebook)
+            s.flush()
+        grade_cells = {c.name: c for c in notebook.grade_cells}
+        solution_cells = {c.name for c in notebook.solution_cells}
+        for cell in source_nb.cells:
+            meta = nbgrader_meta(cell)
+            name = grade_id(cell)
+            if not name:
+                continue
+            if meta.get("grade") and not meta.get("task"):
+                points = float(meta.get("points", 0))
+                cell_type = "code" if cell.cell_type == "code" else "markdown"
+                existing = grade_cells.get(name)
+                if existing is None:
+                    s.add(GradeCell(name=name, notebook=notebook, max_score=points, cell_type=cell_type))
+                elif existing.max_score != points or existing.cell_type != cell_type:
+                    existing.max_score, existing.cell_type = points, cell_type
+            if meta.get("solution") and name not in solution_cells:
+                s.add(SolutionCell(name=name, notebook=notebook))
+        s.commit()
+
+    # -- results ----------------------------------------------------------------------------------
+    def write_result(self, result: dict, key: str, timestamp: _dt.datetime | None = None) -> None:
+        """Record one graded notebook (status graded or zero), all in one transaction."""
+        if result["status"] not in ("graded", "zero"):
+            raise ValueError(f"only graded/zero results go into the gradebook, not {result['status']!r}")
+        self._retry(lambda: self._write(result, key, timestamp))
+
+    def _write(self, result: dict, key: str, timestamp) -> None:
+        s = self.session
+        student_id, chapter = result["student"], result["chapter"]
+        student = s.get(Student, student_id)
+        if student is None:
+            student = Student(id=student_id)
+            s.add(student)
+        assignment = s.execute(select(Assignment).filter_by(name=chapter)).scalar_one()
+        sub = s.execute(select(SubmittedAssignment).filter_by(assignment_id=assignment.id,
+                                                              student_id=student_id)).scalar_one_or_none()
+        if sub is None:
+            sub = SubmittedAssignment(assignment=assignment, student=student)
+            s.add(sub)
+        if timestamp is not None:
+            sub.timestamp = timestamp
+        cells = result.get("cells") or {}
+        flags = list(result.get("flags") or [])
+        note = _autograder_comment(result)
+        with s.no_autoflush:
+            for notebook in assignment.notebooks:
+                subnb = next((n for n in sub.notebooks if n.notebook_id == notebook.id), None)
+                if subnb is None:
+                    subnb = SubmittedNotebook(notebook=notebook, assignment=sub)
+                    s.add(subnb)
+                grades = {g.cell_id: g for g in subnb.grades}
+                comments = {c.cell_id: c for c in subnb.comments}
+
+                def grade_of(cell_id):
+                    if cell_id not in grades:
+                        grades[cell_id] = Grade(cell_id=cell_id, notebook=subnb)
+                        s.add(grades[cell_id])
+                    return grades[cell_id]
+
+                def comment_of(cell_id):
+                    if cell_id not in comments:
+                        comments[cell_id] = Comment(cell_id=cell_id, notebook=subnb)
+                        s.add(comments[cell_id])
+                    return comments[cell_id]
+
+                for gc in notebook.grade_cells:
+                    grade = grade_of(gc.id)
+                    if gc.cell_type != "code":  # a written answer: left to the instructor
+                        grade.auto_score, grade.needs_manual_grade = None, True
+                        continue
+                    verdict = cells.get(gc.name)
+                    graded = verdict is not None and result["status"] == "graded"
+                    grade.auto_score = float(verdict["score"]) if graded else 0.0
+                    grade.needs_manual_grade = False
+                for tc in notebook.task_cells:
+                    grade_of(tc.id)
+                    comment_of(tc.id)
+                for i, sc in enumerate(sorted(notebook.solution_cells, key=lambda c: c.name)):
+                    comment = comment_of(sc.id)
+                    if i == 0:
+                        comment.auto_comment = note
+                subnb.flagged = bool(flags)
+                subnb.late_submission_penalty = 0.0
+        s.execute(delete(RESULTS).where(and_(RESULTS.c.student == student_id, RESULTS.c.chapter == chapter)))
+        s.execute(insert(RESULTS).values(
+            student=student_id, chapter=chapter, key=key, status=result["status"],
+            reason=result.get("reason") or "", flags=json.dumps(flags),
+            score=float(result.get("score") or 0.0), max_score=float(result.get("max_score") or 0.0),
+            cells=json.dumps(_cell_summary(cells)), seconds=result.get("seconds"),
+            graded_at=_dt.datetime.now(_dt.timezone.utc).replace(tzinfo=None)))
+        s.commit()
+
+    def done_keys(self) -> dict[tuple[str, str], str]:
+        """{(student, chapter): key} of every notebook recorded in full (our row and nbgrader's)."""
+        s = self.session
+        have = {(st, ch) for st, ch in s.execute(
+            select(SubmittedAssignment.student_id, Assignment.name)
+            .join(Assignment, Assignment.id == SubmittedAssignment.assignment_id))}
+        rows = s.execute(select(RESULTS.c.student, RESULTS.c.chapter, RESULTS.c.key)).all()
+        s.commit()
+        return {(st, ch): key for st, ch, key in rows if (st, ch) in have}
+
+    def results(self, chapters: list[str] | None = None) -> list[dict]:
+        """Every recorded result (without the executed notebooks), sorted by chapter then student."""
+        query = select(RESULTS)
+        if chapters:
+            query = query.where(RESULTS.c.chapter.in_(chapters))
+        rows = []
+        for r in self.session.execute(query).mappings():
+            row = dict(r)
+            row["flags"] = json.loads(row["flags"])
+            row["cells"] = json.loads(row["cells"])
+            rows.append(row)
+        self.session.commit()
+        return sorted(rows, key=lambda r: (r["chapter"], r["student"]))
+
+    def snapshot(self) -> dict:
+        """Everything that grading decides, in a comparable form (no times, no generated ids)."""
+        s = self.session
+        grades = s.execute(
+            select(Student.id, Assignment.name, Notebook.name, GradeCell.name, Grade.auto_score,
+                   GradeCell.max_score, Grade.needs_manual_grade, SubmittedNotebook.flagged)
+            .join(SubmittedAssignment, SubmittedAssignment.student_id == Student.id)
+            .join(Assignment, Assignment.id == SubmittedAssignment.assignment_id)
+            .join(SubmittedNotebook, SubmittedNotebook.assignment_id == SubmittedAssignment.id)
+            .join(Notebook, Notebook.id == SubmittedNotebook.notebook_id)
+            .join(Grade, Grade.notebook_id == SubmittedNotebook.id)
+            .join(GradeCell, GradeCell.id == Grade.cell_id)).all()
+        results = {f"{r['student']}/{r['chapter']}": {k: r[k] for k in ("key", "status", "reason", "flags", "score",
+                                                                         "max_score", "cells")}
+                   for r in self.results()}
+        s.commit()
+        return {"grades": sorted(tuple(g) for g in grades), "results": results}
+
+
+def _cell_summary(cells: dict) -> dict:
+    return {name: {"score": float(v.get("score", 0.0)), "max_score": float(v.get("max_score", 0.0)),
+                   "passed": bool(v.get("passed")), "messages": [str(m) for m in v.get("messages", [])]}
+            for name, v in sorted(cells.items())}
+
+
+def _autograder_comment(result: dict) -> str | None:
+    parts = []
+    if result["status"] == "zero":
+        parts.append(f"Autograder: this notebook scored zero: {result.get('reason') or 'unusable notebook'}.")
+    if result.get("flags"):
+        parts.append("Autograder flags: " + "; ".join(result["flags"]) + ".")
+    return " ".join(parts) or None
+
+
+def snapshot(db_url: str) -> dict:
+    with GradebookWriter(db_url) as writer:
+        return writer.snapshot()

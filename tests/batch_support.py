@@ -1,0 +1,128 @@
+"""Shared helpers for the batch-grading tests: a small class of chapter-3 submissions in a throwaway course
+copy, the grading command run as instructors run it, and gradebook snapshots to compare runs."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+
+from attention_course.cells import grade_id, is_graded_test
+from autograder import submissions
+from autograder.course import Course
+from autograder.gradebook import snapshot
+
+CHAPTER = "03_scoring_functions"
+REPO = Course()
+
+
+def class_members(course: Course) -> dict[str, nbformat.NotebookNode | bytes]:
+    """{student: notebook (or raw bytes)}: reference, blank, six catalogued mistakes, a learner who edited a
+    test cell (flagged) and an unreadable file (zero)."""
+    members: dict[str, nbformat.NotebookNode | bytes] = {
+        "reference": submissions.reference(course, CHAPTER),
+        "blank": submissions.blank(course, CHAPTER),
+    }
+    for m in submissions.load_mistakes(course, CHAPTER)[:6]:
+        members[f"mistake-{m.id}"] = submissions.with_mistake(course, CHAPTER, m)
+    tampered = submissions.reference(course, CHAPTER)
+    for cell in tampered.cells:
+        if is_graded_test(cell):
+            cell.source = "pass  # nothing to check here\n"
+            break
+    members["tampered"] = tampered
+    members["broken"] = b'{"cells": [ this is not json'
+    return members
+
+
+def make_course(dest: Path, expected_from: Course | None = None, members=None) -> Course:
+    """A course copy with the class's submissions in grading/submitted/ (and the cached reference table)."""
+    course = REPO.copy_to(dest)
+    (course.grading / "expected").mkdir(parents=True, exist_ok=True)
+    if expected_from is None and "run" in _BASELINE:
+        expected_from = _BASELINE["run"][0]
+    source = expected_from.grading / "expected" if expected_from else REPO.grading / "expected"
+    for table in source.glob(f"{CHAPTER}-*.json"):
+        shutil.copy(table, course.grading / "expected" / table.name)
+    for student, nb in (members or class_members(course)).items():
+        write(course, student, nb)
+    return course
+
+
+_BASELINE: dict = {}
+
+
+def baseline(tmp_path_factory) -> tuple[Course, dict, str]:
+    """The class graded sequentially (one worker): (course, snapshot, output); once per test session."""
+    if "run" not in _BASELINE:
+        course = make_course(tmp_path_factory.mktemp("sequential"))
+        out = run_grade(course, "--workers", "1")
+        _BASELINE["run"] = (course, comparable(snapshot(course.db_url)), out)
+    return _BASELINE["run"]
+
+
+def write(course: Course, student: str, nb) -> Path:
+    if isinstance(nb, bytes):
+        path = course.grading / "submitted" / student / CHAPTER / f"{CHAPTER}.ipynb"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(nb)
+        return path
+    return submissions.write_submission(course, student, CHAPTER, nb)
+
+
+def grade_cmd(course: Course, *args: str) -> list[str]:
+    return [sys.executable, "-m", "autograder", "grade", CHAPTER, "--course", str(course.root), "--no-progress",
+            *args]
+
+
+def run_grade(course: Course, *args: str, timeout: float = 240, check: bool = True) -> str:
+    """Run the grading command; returns its output (stdout + stderr)."""
+    done = subprocess.run(grade_cmd(course, *args), capture_output=True, text=True, timeout=timeout,
+                          cwd=course.root, env=child_env())
+    out = done.stdout + done.stderr
+    if check and done.returncode != 0:
+        raise AssertionError(f"grade {' '.join(args)} exited {done.returncode}:\n{out[-5000:]}")
+    return out
+
+
+def child_env() -> dict:
+    env = dict(os.environ)
+    env.pop("ATTENTION_COURSE_ROOT", None)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in [str(REPO.root), env.get("PYTHONPATH", "")] if p)
+    return env
+
+
+def summary_counts(output: str) -> dict[str, int]:
+    """Parse the final summary line: {'graded': n, 'zero': n, 'flagged': n, 'failed': n, 'up to date': n}."""
+    import re
+
+    line = [ln for ln in output.splitlines() if " submissions: " in ln and " graded, " in ln][-1]
+    counts = {k: int(v) for v, k in re.findall(r"(\d+) (graded|zero|flagged|failed)", line)}
+    counts["up to date"] = int(re.search(r"(\d+) already up to date", line).group(1))
+    return counts
+
+
+def db_url(course: Course) -> str:
+    return course.db_url
+
+
+def comparable(snap: dict) -> dict:
+    """A snapshot as plain JSON, without the resume keys (they change with the grading code, which others may
+    be editing while a test session runs; equal inputs give equal keys anyway)."""
+    snap = json.loads(json.dumps(snap, sort_keys=True, default=str))
+    for r in snap["results"].values():
+        r.pop("key", None)
+    return snap
+
+
+def cell_max(course: Course) -> dict[str, float]:
+    nb = nbformat.read(course.source_notebook(CHAPTER), as_version=4)
+    return {grade_id(c): float(c.metadata["nbgrader"]["points"]) for c in nb.cells if is_graded_test(c)}
+
+
+__all__ = ["baseline", "CHAPTER", "class_members", "make_course", "write", "run_grade", "grade_cmd", "child_env",
+           "summary_counts", "snapshot", "comparable", "cell_max", "db_url"]

@@ -1,0 +1,215 @@
+"""``python -m autograder grade``: parallel grading equals sequential grading, the gradebook stays nbgrader's
+(``nbgrader export`` reads it), outputs (CSV, feedback, class report) are written, a re-run grades nothing
+new unless a submission changed or ``--force``, and a run killed with SIGKILL at a random point resumes
+to exactly the gradebook of an uninterrupted run."""
+from __future__ import annotations
+
+import csv
+import os
+import random
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+
+from autograder import submissions
+
+from .batch_support import (CHAPTER, baseline, cell_max, child_env, comparable, grade_cmd, make_course, run_grade,
+                            snapshot, summary_counts, write)
+
+N_SUBMISSIONS = 10  # see batch_support.class_members
+
+
+@pytest.fixture(scope="module")
+def sequential(tmp_path_factory):
+    return baseline(tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def parallel(tmp_path_factory, sequential):
+    course = make_course(tmp_path_factory.mktemp("parallel"))
+    out = run_grade(course, "--workers", "2")
+    return course, comparable(snapshot(course.db_url)), out
+
+
+@pytest.mark.timeout(600)
+def test_parallel_scores_equal_sequential(sequential, parallel):
+    _, seq, seq_out = sequential
+    _, par, par_out = parallel
+    for out in (seq_out, par_out):
+        counts = summary_counts(out)
+        assert counts == {"graded": 9, "zero": 1, "flagged": 1, "failed": 0, "up to date": 0}, out[-3000:]
+    assert len(seq["results"]) == N_SUBMISSIONS
+    assert par["grades"] == seq["grades"], "nbgrader grades differ between 1 and 2 workers"
+    assert par["results"] == seq["results"], "recorded results differ between 1 and 2 workers"
+
+
+@pytest.mark.timeout(120)
+def test_scores_flags_and_zero(sequential):
+    course, snap, _ = sequential
+    results = {key.split("/")[0]: r for key, r in snap["results"].items()}
+    maxima = cell_max(course)
+    total = sum(maxima.values())
+    ref = results["reference"]
+    assert ref["status"] == "graded" and ref["score"] == ref["max_score"] == total, ref
+    assert results["blank"]["score"] == 0 and results["blank"]["status"] == "graded"
+    for m in submissions.load_mistakes(course, CHAPTER)[:6]:
+        r = results[f"mistake-{m.id}"]
+        assert r["score"] < total, f"{m.what}: still full marks"
+        for cell in m.fails:
+            assert r["cells"][cell]["score"] == 0 and not r["cells"][cell]["passed"], f"{m.what}: {cell} passed"
+        messages = " ".join(msg for cell in m.fails for msg in r["cells"][cell]["messages"])
+        assert m.symptom.lower() in messages.lower(), f"{m.what}: no verdict message mentions {m.symptom!r}: {messages}"
+    assert results["tampered"]["flags"], "editing a graded test cell must be flagged"
+    assert results["broken"]["status"] == "zero" and results["broken"]["reason"], results["broken"]
+    # nbgrader's own rows: every graded cell of every learner, flagged notebooks marked for formgrader.
+    grades = {}
+    for student, chapter, notebook, cell, auto, mx, manual, flagged in snap["grades"]:
+        grades[(student, cell)] = (auto, mx, flagged)
+    for student, r in results.items():
+        for cell, points in maxima.items():
+            auto, mx, flagged = grades[(student, cell)]
+            assert mx == points
+            assert auto == (r["cells"][cell]["score"] if r["status"] == "graded" else 0.0), (student, cell)
+            assert flagged == bool(r["flags"]), student
+
+
+@pytest.mark.timeout(120)
+def test_csv_feedback_and_report_written(sequential):
+    course, snap, _ = sequential
+    with open(course.grading / "grades.csv", newline="") as f:
+        rows = {r["student"]: r for r in csv.DictReader(f)}
+    assert set(rows) == {key.split("/")[0] for key in snap["results"]}
+    for key, r in snap["results"].items():
+        row = rows[key.split("/")[0]]
+        assert row["chapter"] == CHAPTER and float(row["score"]) == r["score"] and row["status"] == r["status"]
+    assert rows["tampered"]["flagged"] == "yes" and rows["tampered"]["flags"]
+    assert rows["broken"]["reason"]
+    with open(course.grading / "grades_by_exercise.csv", newline="") as f:
+        per_cell = list(csv.DictReader(f))
+    assert {(r["student"], r["cell"]) for r in per_cell if r["student"] == "reference"} == \
+        {("reference", c) for c in cell_max(course)}
+    for student in rows:
+        assert (course.grading / "feedback" / student / CHAPTER / f"{CHAPTER}.html").is_file(), student
+        if rows[student]["status"] == "graded":
+            assert (course.grading / "autograded" / student / CHAPTER / f"{CHAPTER}.ipynb").is_file(), student
+    report = (course.grading / "reports" / "class_report.html").read_text()
+    assert report.count("data:image/png;base64,") >= 3, "distribution, per-exercise and heatmap figures"
+    for section in ("Score distribution per chapter", "Score distribution per exercise", "Learners x exercises",
+                    "Checks that failed most", "Flagged notebooks", "Notebooks that scored zero"):
+        assert section in report, section
+    failed_most = report.split("Checks that failed most")[1].split("Flagged notebooks")[0]
+    mistakes = submissions.load_mistakes(course, CHAPTER)[:6]
+    assert any(m.symptom.lower() in failed_most.lower() for m in mistakes), "symptom messages in the report"
+    flagged = report.split("Flagged notebooks")[1].split("Notebooks that scored zero")[0]
+    assert "tampered" in flagged
+    assert "broken" in report.split("Notebooks that scored zero")[1]
+
+
+@pytest.mark.timeout(180)
+def test_nbgrader_export_reads_the_gradebook(sequential, tmp_path):
+    course, snap, _ = sequential
+    out = tmp_path / "export.csv"
+    done = subprocess.run([sys.executable, "-m", "nbgrader", "export", f"--db={course.db_url}", f"--to={out}",
+                           "--log-level=WARN"], env=course.nbgrader_env(), cwd=course.root, capture_output=True,
+                          text=True, timeout=150)
+    assert done.returncode == 0, done.stdout + done.stderr
+    with open(out, newline="") as f:
+        exported = {(r["assignment"], r["student_id"]): float(r["raw_score"]) for r in csv.DictReader(f)}
+    for key, r in snap["results"].items():
+        student, chapter = key.split("/")
+        assert exported[(chapter, student)] == r["score"], key
+
+
+@pytest.mark.timeout(400)
+def test_rerun_changed_submission_and_force(parallel, sequential):
+    course, before, _ = parallel
+    out = run_grade(course)
+    counts = summary_counts(out)
+    assert counts["graded"] + counts["zero"] == 0 and counts["up to date"] == N_SUBMISSIONS, out[-2000:]
+    assert comparable(snapshot(course.db_url)) == before
+
+    write(course, "blank", submissions.reference(course, CHAPTER))  # the learner resubmitted, complete
+    counts = summary_counts(run_grade(course))
+    assert counts["graded"] == 1 and counts["up to date"] == N_SUBMISSIONS - 1, counts
+    now = comparable(snapshot(course.db_url))
+    assert now["results"][f"blank/{CHAPTER}"]["score"] == now["results"][f"blank/{CHAPTER}"]["max_score"]
+
+    counts = summary_counts(run_grade(course, "--force"))
+    assert counts["graded"] + counts["zero"] == N_SUBMISSIONS and counts["up to date"] == 0, counts
+    after = comparable(snapshot(course.db_url))
+    assert after["results"][f"blank/{CHAPTER}"] == now["results"][f"blank/{CHAPTER}"]
+    assert {k: v for k, v in after["results"].items() if not k.startswith("blank/")} == \
+        {k: v for k, v in before["results"].items() if not k.startswith("blank/")}
+
+
+def _recorded(db_path) -> int:
+    try:
+        con = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True, timeout=5)
+        try:
+            return con.execute("SELECT count(*) FROM autograder_result").fetchone()[0]
+        finally:
+            con.close()
+    except sqlite3.Error:
+        return 0
+
+
+@pytest.mark.timeout(420)
+def test_sigkill_at_a_random_point_then_resume(tmp_path, sequential):
+    _, uninterrupted, _ = sequential
+    seed = int.from_bytes(os.urandom(4), "little")
+    rng = random.Random(seed)
+    course = make_course(tmp_path / "course")
+    db_path = course.grading / "gradebook.db"
+    kill_after = rng.randint(0, N_SUBMISSIONS - 3)  # results committed before the kill
+    extra_delay = rng.uniform(0.0, 0.4)
+    log = open(tmp_path / "killed-run.log", "w")
+    proc = subprocess.Popen(grade_cmd(course, "--workers", "2"), cwd=course.root, env=child_env(), stdout=log,
+                            stderr=subprocess.STDOUT, start_new_session=True)
+    family: dict[int, psutil.Process] = {}
+    try:
+        deadline = time.monotonic() + 240
+        start = time.monotonic()
+        while time.monotonic() < deadline and proc.poll() is None:
+            try:
+                for child in psutil.Process(proc.pid).children(recursive=True):
+                    family.setdefault(child.pid, child)
+            except psutil.NoSuchProcess:
+                pass
+            if kill_after == 0 and time.monotonic() - start > 2 + 10 * extra_delay:
+                break
+            if kill_after and _recorded(db_path) >= kill_after:
+                break
+            time.sleep(0.02)
+        time.sleep(extra_delay if kill_after else 0)
+        assert proc.poll() is None, (f"the run ended before the kill point (seed {seed}):\n"
+                                     + (tmp_path / "killed-run.log").read_text()[-3000:])
+        os.kill(proc.pid, signal.SIGKILL)  # the grading command only: its workers must follow it
+        proc.wait(30)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(30)
+        log.close()
+    gone, alive = psutil.wait_procs(list(family.values()), timeout=20)
+    for p in alive:
+        p.kill()
+    assert not alive, f"processes outlived the killed grading run: {[p.pid for p in alive]}"
+
+    recorded = _recorded(db_path)
+    partial = comparable(snapshot(course.db_url))
+    assert len(partial["results"]) == recorded
+    maxima = cell_max(course)
+    students_with_grades = {g[0] for g in partial["grades"]}
+    assert students_with_grades == {k.split("/")[0] for k in partial["results"]}, "a half-recorded notebook"
+    assert len(partial["grades"]) == recorded * len(maxima)
+
+    out = run_grade(course, "--workers", "2")
+    counts = summary_counts(out)
+    assert counts["up to date"] == recorded, (seed, out[-2000:])
+    assert counts["graded"] + counts["zero"] == N_SUBMISSIONS - recorded, (seed, out[-2000:])
+    assert comparable(snapshot(course.db_url)) == uninterrupted, f"resumed gradebook differs (seed {seed})"

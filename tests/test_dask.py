@@ -1,0 +1,84 @@
+"""Grading through a real Dask distributed cluster on loopback (a ``dask scheduler`` and two ``dask worker``
+processes): the same scores as sequential grading, and the workers grade from the bytes they were sent
+(course files materialised in the workers' own temporary directory), not from the instructor's tree."""
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from .batch_support import baseline, child_env, comparable, make_course, run_grade, snapshot, summary_counts
+
+DASK = str(Path(sys.executable).with_name("dask"))
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _stop(procs: list[subprocess.Popen]) -> None:
+    for p in procs:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGTERM)
+    deadline = time.monotonic() + 20
+    for p in procs:
+        try:
+            p.wait(max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait(10)
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    """A scheduler and two single-threaded workers on 127.0.0.1; yields (address, workers' TMPDIR)."""
+    port = _free_port()
+    address = f"tcp://127.0.0.1:{port}"
+    worker_tmp = tmp_path / "worker-tmp"
+    worker_tmp.mkdir()
+    env = child_env()
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    procs = []
+    try:
+        procs.append(subprocess.Popen([DASK, "scheduler", "--host", "127.0.0.1", "--port", str(port),
+                                       "--no-dashboard"], cwd=tmp_path, env=env, start_new_session=True,
+                                      stdout=open(logs / "scheduler.log", "w"), stderr=subprocess.STDOUT))
+        wenv = dict(env, TMPDIR=str(worker_tmp))
+        for i in range(2):
+            procs.append(subprocess.Popen([DASK, "worker", address, "--host", "127.0.0.1", "--nthreads", "1",
+                                           "--no-dashboard", "--name", f"grader-{i}", "--local-directory",
+                                           str(tmp_path / f"w{i}")],
+                                          cwd=worker_tmp, env=wenv, start_new_session=True,
+                                          stdout=open(logs / f"worker{i}.log", "w"), stderr=subprocess.STDOUT))
+        from distributed import Client
+
+        with Client(address, timeout="60s") as client:
+            client.wait_for_workers(2, timeout=120)
+        yield address, worker_tmp
+    finally:
+        _stop(procs[::-1])
+
+
+@pytest.mark.timeout(600)
+def test_dask_cluster_scores_equal_sequential(cluster, tmp_path_factory):
+    _, sequential, _ = baseline(tmp_path_factory)
+    address, worker_tmp = cluster
+    course = make_course(tmp_path_factory.mktemp("dask"))
+    out = run_grade(course, "--scheduler", address)
+    counts = summary_counts(out)
+    assert counts["graded"] + counts["zero"] == len(sequential["results"]) and counts["failed"] == 0, out[-3000:]
+    assert comparable(snapshot(course.db_url)) == sequential, "scores differ between the Dask cluster and 1 worker"
+    shipped = list(worker_tmp.glob("attention-course-grader-*/*/solutions/03_scoring_functions/*.ipynb"))
+    assert shipped, "the workers did not grade from shipped course files"
+    # Resuming works the same way on the cluster: nothing left to do.
+    counts = summary_counts(run_grade(course, "--scheduler", address))
+    assert counts["graded"] + counts["zero"] == 0 and counts["up to date"] == len(sequential["results"]), counts
