@@ -26,6 +26,7 @@ from attention_course.cells import is_graded_test, is_solution
 
 from .course import Course
 
+WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
 GENERATED_NOTE = (
     "*This notebook is generated from `solutions/{chapter}/{chapter}.ipynb` by "
     "`python -m autograder release`. Edit the source, not this file.*"
@@ -52,6 +53,10 @@ def execute_source(course: Course, chapter: str, timeout: int = 900) -> nbformat
         if cell.cell_type == "code" and (is_graded_test(cell) or is_solution(cell)):
             cell.outputs = []
             cell.execution_count = None
+        elif cell.cell_type == "code":
+            # Live widgets (tqdm's notebook bar) need a widget manager from a CDN to render in the book.
+            cell.outputs = [o for o in cell.outputs if WIDGET_MIME not in o.get("data", {})]
+    nb.metadata.pop("widgets", None)
     return nb
 
 
