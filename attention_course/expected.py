@@ -39,8 +39,8 @@ def solution_notebook(root: Path, chapter: str) -> Path:
     return root / "solutions" / chapter / f"{chapter}.ipynb"
 
 
-def run_reference(notebook: Path, timeout: int = 600, device: str = "cpu") -> dict:
-    """Execute the reference's setup, solution and test cells; return ``{"cell/check": record}``.
+def execute_reference(notebook: Path, timeout: int = 600, device: str = "cpu", allow_errors: bool = False):
+    """Execute the reference's setup, solution and test cells in reference mode; return the notebook.
 
     ``device`` is where the tests put their inputs: the expectations are computed on the CPU; other
     devices (``cuda``, ``meta``) are used by the course's own device tests.
@@ -55,7 +55,7 @@ def run_reference(notebook: Path, timeout: int = 600, device: str = "cpu") -> di
     os.environ.update(env)
     try:
         with tempfile.TemporaryDirectory() as scratch:
-            NotebookClient(nb, timeout=timeout, kernel_name="python3",
+            NotebookClient(nb, timeout=timeout, kernel_name="python3", allow_errors=allow_errors,
                            resources={"metadata": {"path": scratch}}).execute()
     finally:
         for k, v in saved.items():
@@ -63,12 +63,22 @@ def run_reference(notebook: Path, timeout: int = 600, device: str = "cpu") -> di
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+    return nb
+
+
+def records_table(nb) -> dict:
+    """``{"cell/check": record}`` for every check recorded by the graded test cells of ``nb``."""
     table = {}
     for cell in nb.cells:
         if is_graded_test(cell):
             for rec in records_in(cell):
                 table[f"{rec['cell']}/{rec['check']}"] = rec
     return table
+
+
+def run_reference(notebook: Path, timeout: int = 600, device: str = "cpu") -> dict:
+    """The reference's records, ``{"cell/check": record}``; any error in the run raises."""
+    return records_table(execute_reference(notebook, timeout, device))
 
 
 def notebook_hash(notebook: Path) -> str:
