@@ -46,9 +46,6 @@ from pathlib import Path
 from .course import Course
 
 ENGINE_MODULE = "autograder.isolation"
-# Modules whose code does not change a score (everything else under autograder/ and attention_course/ does).
-_NOT_GRADING_CODE = {"batch.py", "gradebook.py", "report.py", "__main__.py", "release.py", "submissions.py",
-                     "nbgrader_config.py", "course.py", "__init__.py"}
 # One BLAS/OpenMP thread per notebook: scores do not depend on the worker count, and N workers do not
 # oversubscribe N cores.
 _THREAD_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
@@ -99,16 +96,41 @@ def _sha(*parts: bytes) -> str:
     return h.hexdigest()
 
 
-def grading_code_hash() -> str:
-    """Hash of the code that decides scores: the check library, the engine and its helpers."""
+def grading_sources() -> list[Path]:
+    """The code that decides scores: the engine module, the modules of its package it imports (transitively)
+    and the check library. A change to any of them regrades every submission."""
+    import ast
+
     import attention_course
 
-    files = sorted(Path(attention_course.__file__).parent.glob("*.py"))
-    files += sorted(p for p in Path(__file__).parent.glob("*.py") if p.name not in _NOT_GRADING_CODE)
-    engine = importlib.util.find_spec(engine_module_name())
-    if engine is not None and engine.origin and Path(engine.origin) not in files:
-        files.append(Path(engine.origin))
-    return _sha(*(p.name.encode() + b"\0" + p.read_bytes() for p in files))
+    files = set(Path(attention_course.__file__).parent.glob("*.py"))
+    spec = importlib.util.find_spec(engine_module_name())
+    if spec is None or not spec.origin:
+        return sorted(files)
+    todo, seen = [Path(spec.origin)], set()
+    package_dir = Path(spec.origin).parent
+    package = engine_module_name().rpartition(".")[0]
+    while todo:
+        path = todo.pop()
+        if path in seen or not path.is_file():
+            continue
+        seen.add(path)
+        for node in ast.walk(ast.parse(path.read_bytes())):
+            names = []
+            if isinstance(node, ast.ImportFrom):
+                if node.level == 1:
+                    names = [node.module] if node.module else [a.name for a in node.names]
+                elif package and node.level == 0 and (node.module or "").startswith(package + "."):
+                    names = [node.module[len(package) + 1:]]
+            elif isinstance(node, ast.Import) and package:
+                names = [a.name[len(package) + 1:] for a in node.names if a.name.startswith(package + ".")]
+            for name in names:
+                todo.append(package_dir / (name.split(".")[0] + ".py"))
+    return sorted(files | seen)
+
+
+def grading_code_hash() -> str:
+    return _sha(*(p.name.encode() + b"\0" + p.read_bytes() for p in grading_sources()))
 
 
 def submission_key(task: Task, source_bytes: bytes, code_hash: str, limits_repr: str) -> str:
@@ -336,7 +358,11 @@ class LocalBackend:
             self._start()
 
     def stop(self) -> None:
+        """Workers asked to stop get a few seconds to close their engines; the rest are killed."""
+        deadline = time.monotonic() + 10
         for w in list(self.procs):
+            if w["closing"]:
+                w["proc"].join(max(0.0, deadline - time.monotonic()))
             self._retire(w)
 
     def _await(self, w, kind: str):
@@ -427,15 +453,13 @@ class LocalBackend:
                     if kind in ("ready", "result"):
                         assign(w)
         finally:
-            for w in list(self.procs):
-                try:
-                    w["conn"].send(None)
-                except OSError:
-                    pass
-            deadline = time.monotonic() + 10
-            for w in list(self.procs):
-                w["proc"].join(max(0.0, deadline - time.monotonic()))
-                self._retire(w)
+            for w in list(self.procs):  # ask the rest to stop; stop() waits for them
+                if not w["closing"]:
+                    w["closing"] = True
+                    try:
+                        w["conn"].send(None)
+                    except OSError:
+                        pass
 
 
 class DaskBackend:
@@ -607,8 +631,6 @@ def grade(course: Course, chapters: list[str] | None = None, *, workers: int | N
           scheduler: str | None = None, db_url: str | None = None, force: bool = False,
           submitted: Path | None = None, limits: dict | None = None, progress: bool = True,
           report: bool = True, log=print) -> Summary:
-    from .gradebook import GradebookWriter
-
     started = time.perf_counter()
     all_chapters = course.chapters()
     chapters = list(chapters or all_chapters)
@@ -628,6 +650,8 @@ def grade(course: Course, chapters: list[str] | None = None, *, workers: int | N
         backend = LocalBackend(workers or os.cpu_count() or 1, course.root, module_name, limits)
     try:
         backend.start(len(tasks))  # workers warm up (torch import) while this process opens the gradebook
+        from .gradebook import GradebookWriter
+
         # The engine's defaults are part of its code (hashed); only overrides need to enter the key.
         code_hash = grading_code_hash()
         limits_repr = json.dumps(limits, sort_keys=True)
@@ -636,14 +660,14 @@ def grade(course: Course, chapters: list[str] | None = None, *, workers: int | N
             task.key = submission_key(task, sources[task.chapter], code_hash, limits_repr)
         with GradebookWriter(db_url) as writer:
             rows = _grade_into(writer, course, tasks, sources, backend, summary, force, progress, log)
+        write_csv(course, rows)  # while the workers shut down
+        if report:
+            from .report import write_report
+
+            path = write_report(course, rows, failures=summary.failures)
+            log(f"class report: {path}")
     finally:
         backend.stop()
-    write_csv(course, rows)
-    if report:
-        from .report import write_report
-
-        path = write_report(course, rows, failures=summary.failures)
-        log(f"class report: {path}")
     summary.seconds = time.perf_counter() - started
     log(summary.line())
     return summary

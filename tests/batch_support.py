@@ -20,10 +20,10 @@ CHAPTER = "03_scoring_functions"
 REPO = Course()
 
 
-def class_members(course: Course) -> dict[str, nbformat.NotebookNode | bytes]:
-    """{student: notebook (or raw bytes)}: reference, blank, six catalogued mistakes, a learner who edited a
-    test cell (flagged) and an unreadable file (zero)."""
-    members: dict[str, nbformat.NotebookNode | bytes] = {
+def class_members(course: Course) -> dict:
+    """{student: what they handed in}: reference, blank, six catalogued mistakes, a learner who edited a test
+    cell (flagged), an unreadable file, a notebook under another name and an empty folder (three zeros)."""
+    members: dict = {
         "reference": submissions.reference(course, CHAPTER),
         "blank": submissions.blank(course, CHAPTER),
     }
@@ -36,6 +36,8 @@ def class_members(course: Course) -> dict[str, nbformat.NotebookNode | bytes]:
             break
     members["tampered"] = tampered
     members["broken"] = b'{"cells": [ this is not json'
+    members["renamed"] = ("Copy of " + f"{CHAPTER}.ipynb", submissions.reference(course, CHAPTER))
+    members["nothing"] = None
     return members
 
 
@@ -66,11 +68,17 @@ def baseline(tmp_path_factory) -> tuple[Course, dict, str]:
 
 
 def write(course: Course, student: str, nb) -> Path:
+    """nb: a notebook, raw bytes, (file name, notebook), or None (an empty submission folder)."""
+    folder = course.grading / "submitted" / student / CHAPTER
+    folder.mkdir(parents=True, exist_ok=True)
+    if nb is None:
+        return folder
     if isinstance(nb, bytes):
-        path = course.grading / "submitted" / student / CHAPTER / f"{CHAPTER}.ipynb"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(nb)
-        return path
+        (folder / f"{CHAPTER}.ipynb").write_bytes(nb)
+        return folder / f"{CHAPTER}.ipynb"
+    if isinstance(nb, tuple):
+        nbformat.write(nb[1], folder / nb[0])
+        return folder / nb[0]
     return submissions.write_submission(course, student, CHAPTER, nb)
 
 

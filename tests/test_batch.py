@@ -21,7 +21,7 @@ from autograder import submissions
 from .batch_support import (CHAPTER, baseline, cell_max, child_env, comparable, grade_cmd, make_course, run_grade,
                             snapshot, summary_counts, write)
 
-N_SUBMISSIONS = 10  # see batch_support.class_members
+N_SUBMISSIONS = 12  # see batch_support.class_members
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +42,7 @@ def test_parallel_scores_equal_sequential(sequential, parallel):
     _, par, par_out = parallel
     for out in (seq_out, par_out):
         counts = summary_counts(out)
-        assert counts == {"graded": 9, "zero": 1, "flagged": 1, "failed": 0, "up to date": 0}, out[-3000:]
+        assert counts == {"graded": 9, "zero": 3, "flagged": 1, "failed": 0, "up to date": 0}, out[-3000:]
     assert len(seq["results"]) == N_SUBMISSIONS
     assert par["grades"] == seq["grades"], "nbgrader grades differ between 1 and 2 workers"
     assert par["results"] == seq["results"], "recorded results differ between 1 and 2 workers"
@@ -65,7 +65,10 @@ def test_scores_flags_and_zero(sequential):
         messages = " ".join(msg for cell in m.fails for msg in r["cells"][cell]["messages"])
         assert m.symptom.lower() in messages.lower(), f"{m.what}: no verdict message mentions {m.symptom!r}: {messages}"
     assert results["tampered"]["flags"], "editing a graded test cell must be flagged"
-    assert results["broken"]["status"] == "zero" and results["broken"]["reason"], results["broken"]
+    for student, reason in (("broken", "malformed JSON"), ("renamed", "wrong file name"),
+                            ("nothing", "no notebook submitted")):
+        r = results[student]
+        assert r["status"] == "zero" and r["score"] == 0 and reason in r["reason"], r
     # nbgrader's own rows: every graded cell of every learner, flagged notebooks marked for formgrader.
     grades = {}
     for student, chapter, notebook, cell, auto, mx, manual, flagged in snap["grades"]:
@@ -107,7 +110,8 @@ def test_csv_feedback_and_report_written(sequential):
     assert any(m.symptom.lower() in failed_most.lower() for m in mistakes), "symptom messages in the report"
     flagged = report.split("Flagged notebooks")[1].split("Notebooks that scored zero")[0]
     assert "tampered" in flagged
-    assert "broken" in report.split("Notebooks that scored zero")[1]
+    zeros = report.split("Notebooks that scored zero")[1]
+    assert "broken" in zeros and "malformed JSON" in zeros and "no notebook submitted" in zeros
 
 
 @pytest.mark.timeout(180)
