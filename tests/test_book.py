@@ -85,7 +85,7 @@ def test_chapter_page_renders(server, browser, chapter):
     for raw in ("\\(", "\\[", "$$", "\\frac", "\\mathbf"):
         assert raw not in text, f"raw TeX {raw!r} left on the page"
     images = page.evaluate("Array.from(document.querySelectorAll('main img')).map(i => [i.currentSrc, i.complete && i.naturalWidth > 0])")
-    assert len(images) >= 2, "expected figures on the chapter page"
+    assert len(images) >= 1, "expected figures on the chapter page"
     broken = [src for src, ok in images if not ok]
     assert not broken, f"figures that did not load: {broken}"
     download = page.evaluate("Array.from(document.querySelectorAll('a')).some(a => (a.getAttribute('href') || '').endsWith('.ipynb'))")
