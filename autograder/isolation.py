@@ -57,7 +57,7 @@ from . import sandbox, structure, trusted
 from .course import Course
 from .trusted import feedback_html  # noqa: F401 - part of this module's interface
 
-ENGINE_VERSION = "isolation-1"
+ENGINE_VERSION = "isolation-4"
 SEED_BASES = (1_000_003, 2_000_029)  # the grading seed, and the one the reference is re-run with
 
 
@@ -241,11 +241,7 @@ class Engine:
                     raise GraderError(f"test cell {gid} of {chapter}: {exc}") from None
                 entry.update(code=code, test=True, grade_id=gid, seed=cell_seed(seed_base, gid))
             cells.append(entry)
-        limits = Limits(cell_timeout_s=max(self.limits.cell_timeout_s, 120),
-                        notebook_timeout_s=max(self.limits.notebook_timeout_s, 900),
-                        memory_mb=max(self.limits.memory_mb, 4096), max_procs=max(self.limits.max_procs, 64),
-                        max_output_mb=max(self.limits.max_output_mb, 50), scratch_mb=self.limits.scratch_mb)
-        report = self._run(self._job(cells, "profile", limits))
+        report = self._run(self._job(cells, "profile", self._reference_limits()))
         if report.get("status") != "ok":
             raise GraderError(f"the reference run of {chapter} did not finish: {report.get('reason')}")
         return report
@@ -291,8 +287,66 @@ class Engine:
             if len({c2["key"] for c2 in checks}) != len(checks):
                 raise GraderError(f"test cell {gid} of {chapter} records a check id twice")
             cells[gid] = {"checks": checks, "keep_want_sites": sorted(keep_want), "sites": sites,
-                          "hidden": trusted.is_hidden(c.source), "index": index}
-        return {"digest": digest, "chapter": chapter, "engine": ENGINE_VERSION, "cells": cells}
+                          "hidden": trusted.is_hidden(c.source), "index": index, "conservative": False}
+        prof = {"digest": digest, "chapter": chapter, "engine": ENGINE_VERSION, "cells": cells}
+        self._validate_profile(chapter, source, prof)
+        return prof
+
+    def _validate_profile(self, chapter: str, source: nbformat.NotebookNode, prof: dict) -> None:
+        """Grade the reference itself as a learner's notebook would be graded: every test cell must pass.
+
+        A cell that fails only because the rewrite left out something the test needed (an expected value
+        that also advanced a random generator, say) is switched to the conservative rewrite, which keeps
+        every expected value in the kernel, and checked again; one that still fails is a grader error.
+        """
+        keep = [c for c in source.cells if c.cell_type == "code" and (is_setup(c) or is_solution(c) or is_graded_test(c))]
+        nb = structure._notebook(keep, source.metadata)
+        tests = {grade_id(c): i for i, c in enumerate(nb.cells) if is_graded_test(c)}
+        points = [(gid, 1.0) for gid in tests]
+        for attempt in range(2):
+            report = self._run(self._job(self._cells_to_run(nb, tests, prof), "grade", self._reference_limits()))
+            if report.get("status") != "ok":
+                raise GraderError(f"the reference solution of {chapter} does not run in the sandbox: "
+                                  f"{report.get('reason')}")
+            executed = _merge_outputs(nb, report)
+            decided = _decide(prof, executed, tests, points)
+            failing = [gid for gid, cell in decided.items() if not cell["passed"]]
+            if not failing:
+                return
+            if attempt == 1:
+                raise GraderError(f"the reference solution of {chapter} fails its own tests under the isolated "
+                                  f"grader: " + "; ".join(f"{g}: {decided[g]['messages'][:2]}" for g in failing))
+            for gid in failing:
+                spec = prof["cells"][gid]
+                spec["conservative"] = True
+                spec["keep_want_sites"] = sorted(c["site"] for c in spec["checks"] if c["kind"] == "close")
+
+    def _reference_limits(self) -> Limits:
+        return Limits(cell_timeout_s=max(self.limits.cell_timeout_s, 120),
+                      notebook_timeout_s=max(self.limits.notebook_timeout_s, 900),
+                      memory_mb=max(self.limits.memory_mb, 4096), max_procs=max(self.limits.max_procs, 64),
+                      max_output_mb=max(self.limits.max_output_mb, 50), scratch_mb=self.limits.scratch_mb)
+
+    def _cells_to_run(self, nb: nbformat.NotebookNode, tests: dict[str, int], prof: dict) -> list[dict]:
+        """The job's cells: every code cell in order; graded test cells rewritten and seeded."""
+        cells = []
+        for index, c in enumerate(nb.cells):
+            if c.cell_type != "code":
+                continue
+            entry = {"index": index, "code": c.source}
+            gid = grade_id(c) if is_graded_test(c) else None
+            if gid is not None and tests.get(gid) == index:
+                spec = prof["cells"].get(gid)
+                if spec is None:
+                    raise GraderError(f"test cell {gid} is not in the reference profile")
+                try:
+                    code, _ = trusted.rewrite_test_cell(c.source, "grade", set(spec["keep_want_sites"]),
+                                                        conservative=bool(spec.get("conservative")))
+                except trusted.TestCellNotSupported as exc:
+                    raise GraderError(f"test cell {gid}: {exc}") from None
+                entry.update(code=code, test=True, grade_id=gid, seed=cell_seed(SEED_BASES[0], gid))
+            cells.append(entry)
+        return cells
 
     # -- grading ----------------------------------------------------------------------------------------
 
@@ -344,56 +398,50 @@ class Engine:
         prof = self.profile(chapter)
         fixed = structure.repair(nb, source, release)
         result["flags"] = fixed.flags
-        cells = []
-        for index, c in enumerate(fixed.nb.cells):
-            if c.cell_type != "code":
-                continue
-            entry = {"index": index, "code": c.source}
-            gid = grade_id(c) if is_graded_test(c) else None
-            if gid is not None and gid in fixed.tests and fixed.tests[gid] == index:
-                spec = prof["cells"].get(gid)
-                if spec is None:
-                    raise GraderError(f"test cell {gid} is not in the reference profile")
-                try:
-                    code, _ = trusted.rewrite_test_cell(c.source, "grade", set(spec["keep_want_sites"]))
-                except trusted.TestCellNotSupported as exc:
-                    raise GraderError(f"test cell {gid}: {exc}") from None
-                entry.update(code=code, test=True, grade_id=gid, seed=cell_seed(SEED_BASES[0], gid))
-            cells.append(entry)
-        report = self._run(self._job(cells, "grade", self.limits))
-        executed = copy.deepcopy(fixed.nb)
+        report = self._run(self._job(self._cells_to_run(fixed.nb, fixed.tests, prof), "grade", self.limits))
         if report.get("status") == "error":
             raise GraderError(report.get("reason", "sandbox error"))
-        for index_str, data in (report.get("cells") or {}).items():
-            try:
-                cell = executed.cells[int(index_str)]
-            except (ValueError, IndexError):
-                continue
-            if cell.cell_type == "code" and isinstance(data, dict):
-                outs = data.get("outputs") if isinstance(data.get("outputs"), list) else []
-                cell.outputs = [nbformat.from_dict(o) for o in outs if isinstance(o, dict)]
-                ec = data.get("execution_count")
-                cell.execution_count = ec if isinstance(ec, int) else None
+        executed = _merge_outputs(fixed.nb, report)
         result["executed_notebook"] = executed
         if report.get("status") != "ok":
             result.update(status="zero", reason=str(report.get("reason", "kernel died")))
             self._zero_cells(chapter, result, f"not graded: {result['reason']}")
             return
-        total = maximum = 0.0
-        for gid, pts in self._graded_cells(chapter):
-            spec = prof["cells"][gid]
-            idx = fixed.tests.get(gid)
-            outputs = executed.cells[idx].outputs if idx is not None else []
-            records = [o["data"][RECORD_MIME] for o in outputs
-                       if o.get("output_type") in ("display_data", "execute_result")
-                       and isinstance(o.get("data"), dict) and isinstance(o["data"].get(RECORD_MIME), dict)]
-            errors = [o for o in outputs if o.get("output_type") == "error"]
-            passed, messages = trusted.decide_cell(spec, records, errors[0] if errors else None, gid)
-            score = pts if passed else 0.0
-            result["cells"][gid] = {"score": score, "max_score": pts, "passed": passed, "messages": messages}
-            total += score
-            maximum += pts
-        result["score"], result["max_score"] = total, maximum
+        result["cells"] = _decide(prof, executed, fixed.tests, self._graded_cells(chapter))
+        result["score"] = float(sum(c["score"] for c in result["cells"].values()))
+        result["max_score"] = float(sum(c["max_score"] for c in result["cells"].values()))
+
+
+def _merge_outputs(nb: nbformat.NotebookNode, report: dict) -> nbformat.NotebookNode:
+    """A copy of ``nb`` with the outputs the kernel reported (sources and metadata stay the grader's own)."""
+    executed = copy.deepcopy(nb)
+    for index_str, data in (report.get("cells") or {}).items():
+        try:
+            cell = executed.cells[int(index_str)]
+        except (ValueError, IndexError):
+            continue
+        if cell.cell_type == "code" and isinstance(data, dict):
+            outs = data.get("outputs") if isinstance(data.get("outputs"), list) else []
+            cell.outputs = [nbformat.from_dict(o) for o in outs if isinstance(o, dict) and "output_type" in o]
+            ec = data.get("execution_count")
+            cell.execution_count = ec if isinstance(ec, int) else None
+    return executed
+
+
+def _decide(prof: dict, executed: nbformat.NotebookNode, tests: dict[str, int],
+            graded: list[tuple[str, float]]) -> dict:
+    """The trusted decision for every graded cell: ``{grade_id: {score, max_score, passed, messages}}``."""
+    out = {}
+    for gid, pts in graded:
+        idx = tests.get(gid)
+        outputs = executed.cells[idx].get("outputs", []) if idx is not None else []
+        records = [o["data"][RECORD_MIME] for o in outputs
+                   if o.get("output_type") in ("display_data", "execute_result")
+                   and isinstance(o.get("data"), dict) and isinstance(o["data"].get(RECORD_MIME), dict)]
+        errors = [o for o in outputs if o.get("output_type") == "error"]
+        passed, messages = trusted.decide_cell(prof["cells"][gid], records, errors[0] if errors else None, gid)
+        out[gid] = {"score": pts if passed else 0.0, "max_score": pts, "passed": passed, "messages": messages}
+    return out
 
 
 def grade_submission(course_root, chapter: str, submission, student: str, limits: Limits = Limits()) -> dict:

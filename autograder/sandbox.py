@@ -472,12 +472,13 @@ def _trusted_encoder():
     return enc
 
 
-def _make_recorders(capture: _Capture, grade_id: str):
-    """``__ac_record__`` / ``__ac_raises__`` / ``__ac_site__``: what rewritten test cells call."""
+def _make_recorders(capture: _Capture, current: dict):
+    """``__ac_record__`` / ``__ac_raises__`` / ``__ac_site__``: what rewritten test cells call. Made once,
+    before any learner code runs; ``current["grade_id"]`` is the test cell being run."""
     enc = _trusted_encoder()
 
     def record(site, kind, check_id, got, *want):
-        rec = {"cell": grade_id, "check": str(check_id), "kind": str(kind), "site": int(site),
+        rec = {"cell": current["grade_id"], "check": str(check_id), "kind": str(kind), "site": int(site),
                "got": enc(got)}
         if want:
             rec["want"] = enc(want[0])
@@ -493,17 +494,15 @@ def _make_recorders(capture: _Capture, grade_id: str):
             except Exception:  # noqa: BLE001
                 message = ""
             outcome = {"raised": type(exc).__name__, "message": message}
-        capture.record({"cell": grade_id, "check": str(check_id), "kind": "raises", "site": int(site),
+        capture.record({"cell": current["grade_id"], "check": str(check_id), "kind": "raises", "site": int(site),
                         "got": {"map": {"raised": {"plain": outcome["raised"]},
                                         "message": {"plain": outcome["message"]}}}},
                        f"recorded: {check_id}")
 
-    def site(site_index, method, *args, **kwargs):
+    def site(site_index, checks):
+        """Profile runs: tag the records of the check call that follows with its site."""
         capture.site = int(site_index)
-        try:
-            return method(*args, **kwargs)
-        finally:
-            capture.site = None
+        return checks
 
     return record, raises, site
 
@@ -512,6 +511,29 @@ def _seed(seed: int, torch_seed, np_seed, py_seed) -> None:
     py_seed(seed)
     np_seed(seed % (2 ** 32))
     torch_seed(seed)
+
+
+import builtins as _builtins_module
+
+_PRISTINE = dict(_builtins_module.__dict__)  # taken when the zygote imports this module: before any learner
+
+
+class _PristineBuiltins:
+    """While the kernel's own code writes a frame, builtins are what they were before any learner code ran
+    (a learner who patched ``isinstance`` must not break the grader's plumbing); afterwards the learner's
+    versions come back."""
+
+    def __init__(self):
+        self.module = _builtins_module
+        self.pristine = _PRISTINE
+
+    def __enter__(self):
+        self.saved = dict(self.module.__dict__)
+        self.module.__dict__.update(self.pristine)
+
+    def __exit__(self, *exc):
+        self.module.__dict__.clear()
+        self.module.__dict__.update(self.saved)
 
 
 def run_cells(job: dict, res_fd: int) -> None:
@@ -543,34 +565,53 @@ def run_cells(job: dict, res_fd: int) -> None:
 
     signal.signal(signal.SIGALRM, on_alarm)
     signal.signal(signal.SIGINT, signal.default_int_handler)
+    pristine = _PristineBuiltins()
+    current = {"grade_id": None}
+    record, raises, site = _make_recorders(capture, current)
     for n, cell in enumerate(job["cells"], start=1):
-        write_frame(res_fd, {"progress": cell["index"]})
-        capture.start(cell["index"], n)
-        if cell.get("test"):
-            record, raises, site = _make_recorders(capture, cell["grade_id"])
-            shell.user_ns["__ac_record__"] = record
-            shell.user_ns["__ac_raises__"] = raises
-            shell.user_ns["__ac_site__"] = site
-            _seed(int(cell["seed"]), torch_seed, np_seed, py_seed)
         t0 = time.monotonic()
         try:
+            with pristine:  # the kernel's own steps run with the builtins it started with
+                write_frame(res_fd, {"progress": cell["index"]})
+                capture.start(cell["index"], n)
+                current["grade_id"] = cell.get("grade_id")
+                if cell.get("test"):
+                    shell.user_ns["__ac_record__"] = record
+                    shell.user_ns["__ac_raises__"] = raises
+                    shell.user_ns["__ac_site__"] = site
+                    _seed(int(cell["seed"]), torch_seed, np_seed, py_seed)
             signal.setitimer(signal.ITIMER_REAL, cell_timeout)
             try:
                 shell.run_cell(cell["code"], store_history=False, silent=False)
             finally:
                 signal.setitimer(signal.ITIMER_REAL, 0)
         except CellTimeout as exc:
-            capture.error("CellTimeout", str(exc), [])
+            with pristine:
+                capture.error("CellTimeout", str(exc), [])
         except BaseException as exc:  # noqa: BLE001 - a cell must never take the runner down
             signal.setitimer(signal.ITIMER_REAL, 0)
-            capture.error(type(exc).__name__, "raised outside the cell's code", [])
-        capture.cells[str(cell["index"])]["seconds"] = round(time.monotonic() - t0, 4)
-        capture.site = None
-        sys.stdout, sys.stderr = _Stream(capture, "stdout"), _Stream(capture, "stderr")
+            with pristine:
+                capture.error(type(exc).__name__, "raised outside the cell's code", [])
+        with pristine:
+            capture.cells[str(cell["index"])]["seconds"] = round(time.monotonic() - t0, 4)
+            capture.site = None
+            sys.stdout, sys.stderr = _Stream(capture, "stdout"), _Stream(capture, "stderr")
         if _CAPTURE is not capture:  # learner code rebound the module global
             _CAPTURE = capture
     capture.outputs = None
-    write_frame(res_fd, {"done": True, "cells": capture.cells, "truncated": capture.truncated})
+    _CAPTURE = None
+    with pristine:
+        for attempt in range(5):  # a learner's thread may still be touching the outputs: retry
+            try:
+                data = json.dumps({"done": True, "cells": capture.cells, "truncated": capture.truncated},
+                                  separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+                break
+            except RuntimeError:
+                time.sleep(0.05)
+        else:
+            data = json.dumps({"done": True, "cells": {}, "truncated": capture.truncated})
+        raw = data.encode("utf-8", "surrogatepass")
+        _write_all(res_fd, _HEADER.pack(len(raw)) + raw)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -645,6 +686,9 @@ class _Cgroups:
         self.dirs = {}
         mem = _cgroup_v1_dir("memory")
         pids = _cgroup_v1_dir("pids")
+        if not mem or not pids:
+            raise RuntimeError("no writable cgroup v1 memory and pids hierarchies: memory and process limits "
+                               "cannot be enforced")
         if mem:
             d = os.path.join(mem, name)
             os.mkdir(d)
@@ -742,15 +786,13 @@ def _kernel_main(job: dict, root: str, uid: int, go_r: int, res_w: int) -> None:
 
     procs = int(limits["max_procs"])
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    resource.setrlimit(resource.RLIMIT_NPROC, (procs, procs))
+    # above the pids cgroup limit, so that the cgroup (which reports hitting it) is what stops a fork bomb
+    resource.setrlimit(resource.RLIMIT_NPROC, (procs + 32, procs + 32))
     fsize = int(limits.get("scratch_mb", 64)) << 20
     resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
     cpu = int(limits["notebook_timeout_s"]) + 10
     resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 5))
     resource.setrlimit(resource.RLIMIT_NOFILE, (1024, 1024))
-    if not job.get("cgroups", True):  # fallback when no memory cgroup exists: cap the address space
-        vm = _vm_size() + (int(limits["memory_mb"]) << 20)
-        resource.setrlimit(resource.RLIMIT_AS, (vm, vm))
     os.setgroups([])
     os.setgid(uid)
     os.setuid(uid)
@@ -769,17 +811,6 @@ def _kernel_main(job: dict, root: str, uid: int, go_r: int, res_w: int) -> None:
     tempfile.tempdir = "/scratch"
     run_cells(job, res_w)
     os._exit(0)
-
-
-def _vm_size() -> int:
-    try:
-        with open("/proc/self/status") as fh:
-            for line in fh:
-                if line.startswith("VmSize:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 0
 
 
 def _signal_name(sig: int) -> str:
@@ -812,7 +843,6 @@ def _monitor(job: dict, root: str) -> dict:
     deadline = started + float(limits["notebook_timeout_s"])
     slot = _UidSlot()
     cgroups = _Cgroups(int(limits["memory_mb"]), int(limits["max_procs"]))
-    job["cgroups"] = "memory" in cgroups.dirs
     try:
         unshare(CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS)
         _build_root(root, slot.uid, int(limits.get("scratch_mb", 64)))
@@ -824,7 +854,17 @@ def _monitor(job: dict, root: str) -> dict:
                 os.close(go_w)
                 os.close(res_r)
                 _kernel_main(job, root, slot.uid, go_r, res_w)
-            except BaseException:  # noqa: BLE001
+            except BaseException as exc:  # noqa: BLE001 - say what broke, then die
+                try:
+                    import builtins
+
+                    builtins.__dict__.update(_PRISTINE)
+                    import traceback as _tb
+
+                    where = "".join(_tb.format_exception(exc)[-3:])[-1500:]
+                    write_frame(res_w, {"abort": f"{type(exc).__name__}: {where}"})
+                except BaseException:  # noqa: BLE001
+                    pass
                 os._exit(4)
             os._exit(0)
         os.close(go_r)
@@ -840,7 +880,7 @@ def _monitor(job: dict, root: str) -> dict:
 
 def _watch(pid: int, res_r: int, deadline: float, limits: dict, cgroups: _Cgroups, started: float) -> dict:
     cap = int((limits["max_output_mb"] + limits.get("max_record_mb", 64)) * (1 << 20) * 1.5) + (1 << 20)
-    done, last_cell, protocol = None, None, ""
+    done, last_cell, protocol, abort = None, None, "", ""
     timed_out = False
     while True:
         try:
@@ -858,6 +898,8 @@ def _watch(pid: int, res_r: int, deadline: float, limits: dict, cgroups: _Cgroup
             break
         if "progress" in frame:
             last_cell = frame["progress"]
+        elif "abort" in frame:
+            abort = str(frame["abort"])[:2000]
         elif frame.get("done"):
             if done is not None:
                 protocol = "more than one result"
@@ -898,6 +940,9 @@ def _watch(pid: int, res_r: int, deadline: float, limits: dict, cgroups: _Cgroup
             sig = os.WTERMSIG(status)
             what = "segfault" if sig == signal.SIGSEGV else _signal_name(sig)
             report.update(status="zero", reason=f"kernel died ({what})")
+        elif abort:
+            report.update(status="zero", reason="kernel died (the notebook broke the Python it runs in: "
+                                                + abort.strip().splitlines()[-1][:300] + ")", detail=abort)
         else:
             report.update(status="zero", reason=f"kernel died (exited with status {os.waitstatus_to_exitcode(status)} "
                                                 f"before the notebook finished)")

@@ -83,10 +83,14 @@ def load_submission(path: Path, chapter: str) -> nbformat.NotebookNode:
         if isinstance(c.get("id"), str):
             cell.id = c["id"]
         cells.append(cell)
-    nb = nbformat.v4.new_notebook(cells=cells)
-    if isinstance(data.get("metadata"), dict):
-        nb.metadata = nbformat.from_dict(data["metadata"])
-    return nb
+    meta = data.get("metadata") if isinstance(data.get("metadata"), dict) else {}
+    return _notebook(cells, meta)
+
+
+def _notebook(cells: list, metadata: dict) -> nbformat.NotebookNode:
+    """A v4 notebook node built without nbformat's validation (which rewrites duplicate ids and warns)."""
+    return nbformat.from_dict({"nbformat": 4, "nbformat_minor": 5, "metadata": copy.deepcopy(metadata),
+                               "cells": cells})
 
 
 def strip_hidden(source: str) -> str:
@@ -191,7 +195,8 @@ def repair(submission: nbformat.NotebookNode, source: nbformat.NotebookNode,
                 shown = {_norm(strip_hidden(src.source)), _norm(src.source)}
                 if gid in release_cells:
                     shown.add(_norm(release_cells[gid].source))
-                if sub.cell_type != src.cell_type or _norm(sub.source) not in shown:
+                if (sub.cell_type != src.cell_type or _norm(sub.source) not in shown
+                        or _grading_fields(sub) != _grading_fields(meta_src)):
                     flags.append(f"edited {label} cell {gid} restored")
             if kind == "test":
                 tests[gid] = len(cells)
@@ -210,8 +215,17 @@ def repair(submission: nbformat.NotebookNode, source: nbformat.NotebookNode,
         if c.cell_type == "code":
             c.outputs = []
             c.execution_count = None
-    nb = nbformat.v4.new_notebook(cells=cells, metadata=copy.deepcopy(source.metadata))
-    return Repaired(nb, flags, tests)
+    return Repaired(_notebook(cells, source.metadata), flags, tests)
+
+
+def _grading_fields(cell) -> tuple:
+    meta = nbgrader_meta(cell)
+    points = meta.get("points")
+    try:
+        points = float(points) if points is not None else None
+    except (TypeError, ValueError):
+        points = str(points)
+    return (bool(meta.get("grade")), bool(meta.get("solution")), bool(meta.get("locked")), points)
 
 
 def _as_type(cell, cell_type: str):

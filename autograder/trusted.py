@@ -93,53 +93,56 @@ def _is_check_call(node, names) -> bool:
             and isinstance(node.func.value, ast.Name) and node.func.value.id in names)
 
 
-class _Rewriter(ast.NodeTransformer):
-    def __init__(self, names: set[str], mode: str, keep_want: set[int]):
-        self.names, self.mode, self.keep_want = names, mode, keep_want
-        self.site = 0
-        self.sites: dict[int, str] = {}
-
-    def visit_Call(self, node):
-        if not _is_check_call(node, self.names):
-            return self.generic_visit(node)
-        for arg in [*node.args, *[k.value for k in node.keywords]]:
-            if any(_is_check_call(n, self.names) for n in ast.walk(arg)):
+def _check_calls(tree, names) -> list[ast.Call]:
+    calls = [n for n in ast.walk(tree) if _is_check_call(n, names)]
+    for call in calls:
+        for arg in [*call.args, *[k.value for k in call.keywords]]:
+            if any(_is_check_call(n, names) for n in ast.walk(arg)):
                 raise TestCellNotSupported("a check call inside another check call")
-        self.site += 1
-        site, kind = self.site, node.func.attr
-        self.sites[site] = kind
-        if self.mode == "profile":
-            return ast.Call(func=ast.Name("__ac_site__", ast.Load()),
-                            args=[ast.Constant(site), node.func, *node.args], keywords=node.keywords)
-        if any(isinstance(a, ast.Starred) for a in node.args) or any(k.arg is None for k in node.keywords):
-            raise TestCellNotSupported(f"check.{kind}(...) with *args or **kwargs")
-        sig = _SIGS[kind]
-        bound: dict[str, ast.expr] = {}
-        extra_args = []
-        for i, a in enumerate(node.args):
-            if i < len(sig):
-                bound[sig[i]] = a
-            elif kind == "raises":
-                extra_args.append(a)
-            else:
-                raise TestCellNotSupported(f"too many arguments to check.{kind}")
-        extra_kw = []
-        for k in node.keywords:
-            if k.arg in sig:
-                bound[k.arg] = k.value
-            elif kind == "raises" and k.arg not in RAISES_RESERVED:
-                extra_kw.append(k)
-        if "check_id" not in bound or len(sig) < 2 or sig[1] not in bound:
-            raise TestCellNotSupported(f"check.{kind}(...) without a check id and a value")
-        if kind == "raises":
-            return ast.Call(func=ast.Name("__ac_raises__", ast.Load()),
-                            args=[ast.Constant(site), bound["check_id"], bound["fn"], *extra_args], keywords=extra_kw)
-        args = [ast.Constant(site), ast.Constant(kind), bound["check_id"], bound[sig[1]]]
-        if kind == "close" and site in self.keep_want:
-            if "want" not in bound:
-                raise TestCellNotSupported("check.close(...) without want")
-            args.append(bound["want"])
-        return ast.Call(func=ast.Name("__ac_record__", ast.Load()), args=args, keywords=[])
+    return sorted(calls, key=lambda n: (n.lineno, n.col_offset))
+
+
+def _record_call(call: ast.Call, site: int, keep_want: set[int]) -> ast.Call:
+    """``check.kind(id, value, want, ...)`` -> ``__ac_record__(site, kind, id, value[, want])``."""
+    kind = call.func.attr
+    if any(isinstance(a, ast.Starred) for a in call.args) or any(k.arg is None for k in call.keywords):
+        raise TestCellNotSupported(f"check.{kind}(...) with *args or **kwargs")
+    sig = _SIGS[kind]
+    bound: dict[str, ast.expr] = {}
+    extra_args, extra_kw = [], []
+    for i, a in enumerate(call.args):
+        if i < len(sig):
+            bound[sig[i]] = a
+        elif kind == "raises":
+            extra_args.append(a)
+        else:
+            raise TestCellNotSupported(f"too many arguments to check.{kind}")
+    for k in call.keywords:
+        if k.arg in sig:
+            bound[k.arg] = k.value
+        elif kind == "raises" and k.arg not in RAISES_RESERVED:
+            extra_kw.append(k)
+    if "check_id" not in bound or len(sig) < 2 or sig[1] not in bound:
+        raise TestCellNotSupported(f"check.{kind}(...) without a check id and a value")
+    if kind == "raises":
+        return ast.Call(func=ast.Name("__ac_raises__", ast.Load()),
+                        args=[ast.Constant(site), bound["check_id"], bound["fn"], *extra_args], keywords=extra_kw)
+    args = [ast.Constant(site), ast.Constant(kind), bound["check_id"], bound[sig[1]]]
+    if kind == "close" and site in keep_want:
+        if "want" not in bound:
+            raise TestCellNotSupported("check.close(...) without want")
+        args.append(bound["want"])
+    return ast.Call(func=ast.Name("__ac_record__", ast.Load()), args=args, keywords=[])
+
+
+class _Replace(ast.NodeTransformer):
+    def __init__(self, table: dict[int, ast.AST]):
+        self.table = table
+
+    def visit(self, node):
+        if id(node) in self.table:
+            return self.table[id(node)]
+        return super().visit(node)
 
 
 def _loaded_names(tree) -> set[str]:
@@ -153,77 +156,152 @@ _RNG_NAMES = {"manual_seed", "seed", "Generator", "rand", "randn", "randint", "r
 
 
 def _uses_generator(node) -> bool:
-    """Evaluating this might draw random numbers (so dropping it would change later inputs)."""
+    """Evaluating this might draw random numbers (so not evaluating it would change later inputs)."""
     for n in ast.walk(node):
         if isinstance(n, ast.keyword) and n.arg == "generator":
             return True
         if isinstance(n, ast.Attribute) and n.attr in _RNG_NAMES:
             return True
-        if isinstance(n, ast.Name) and n.id in _RNG_NAMES:
+        if isinstance(n, ast.Name) and n.id in (_RNG_NAMES | {"__ac_record__", "__ac_raises__"}):
             return True
     return False
 
 
-class _DropDead(ast.NodeTransformer):
-    """Replace ``name = expr`` statements whose names nothing else reads by ``pass``."""
-
-    def __init__(self, dead: set[str]):
-        self.dead = dead
-        self.changed = False
-
-    def visit_Assign(self, node):
-        targets = []
-        for t in node.targets:
-            if isinstance(t, ast.Name):
-                targets.append(t.id)
-            elif isinstance(t, ast.Tuple) and all(isinstance(e, ast.Name) for e in t.elts):
-                targets.extend(e.id for e in t.elts)
-            else:
-                return node
-        if targets and all(t in self.dead for t in targets) and not _uses_generator(node.value):
-            self.changed = True
-            return ast.copy_location(ast.Pass(), node)
-        return node
+def _live_loads(tree, dropped: dict) -> set[str]:
+    live = set()
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.Assign) and id(node) in dropped:
+            continue  # neither its targets nor its value are live
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
+            live.add(node.id)
+        stack.extend(ast.iter_child_nodes(node))
+    return live
 
 
-def _assigned_names(tree) -> set[str]:
-    out = set()
-    for n in ast.walk(tree):
-        if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
-            out.add(n.id)
-    return out
+def _dead_assignments(tree) -> list[ast.Assign]:
+    """``name = expr`` statements whose names nothing in the (rewritten) cell reads, to a fixpoint."""
+    dropped: dict[int, ast.Assign] = {}
+    for _ in range(50):
+        live = _live_loads(tree, dropped)
+        changed = False
+        for n in ast.walk(tree):
+            if not isinstance(n, ast.Assign) or id(n) in dropped:
+                continue
+            targets: list[str] | None = []
+            for t in n.targets:
+                if isinstance(t, ast.Name):
+                    targets.append(t.id)
+                elif (isinstance(t, ast.Tuple) and len(n.targets) == 1
+                      and all(isinstance(e, ast.Name) for e in t.elts)):
+                    targets.extend(e.id for e in t.elts)
+                else:
+                    targets = None
+                    break
+            if targets and not (set(targets) & live) and not _uses_generator(n.value):
+                dropped[id(n)] = n
+                changed = True
+        if not changed:
+            break
+    return list(dropped.values())
 
 
-def rewrite_test_cell(source: str, mode: str, keep_want: set[int] | frozenset = frozenset()) -> tuple[str, dict]:
+class _Splicer:
+    """Replace source segments given by AST positions (UTF-8 byte columns), keeping every line where it was."""
+
+    def __init__(self, source: str):
+        self.lines = source.splitlines(keepends=True) or [""]
+        self.starts = [0]
+        for line in self.lines:
+            self.starts.append(self.starts[-1] + len(line))
+        self.source = source
+        self.edits: list[tuple[int, int, str]] = []
+
+    def offset(self, lineno: int, col: int) -> int:
+        line = self.lines[lineno - 1]
+        return self.starts[lineno - 1] + len(line.encode("utf-8")[:col].decode("utf-8", "replace"))
+
+    def replace(self, node, text: str) -> None:
+        start = self.offset(node.lineno, node.col_offset)
+        end = self.offset(node.end_lineno, node.end_col_offset)
+        extra = (node.end_lineno - node.lineno) - text.count("\n")
+        if extra > 0:  # keep the line count: pad inside a pair of parentheses
+            text = f"({text}{chr(10) * extra})"
+        self.edits.append((start, end, text))
+
+    def result(self) -> str:
+        out, pos = [], 0
+        for start, end, text in sorted(self.edits):
+            if start < pos:
+                raise TestCellNotSupported("overlapping rewrites")
+            out.append(self.source[pos:start])
+            out.append(text)
+            pos = end
+        out.append(self.source[pos:])
+        return "".join(out)
+
+
+def rewrite_test_cell(source: str, mode: str, keep_want: set[int] | frozenset = frozenset(),
+                      conservative: bool = False) -> tuple[str, dict]:
     """The code a graded test cell runs in the sandbox, and its check sites ``{site: kind}``.
 
-    ``mode="profile"`` (the reference run) wraps each check call so its record is tagged with its site and
-    keeps everything else. ``mode="grade"`` (a learner's run) keeps only check ids and learner values (plus
-    ``want`` at the self-consistency sites in ``keep_want``) and drops assignments that only fed what was
-    dropped. Raises :class:`TestCellNotSupported` for check-library use it cannot make safe.
+    ``mode="profile"`` (the reference run) turns ``check.kind(...)`` into ``__ac_site__(site, check).kind(...)``
+    so each record is tagged with its site, and keeps everything else. ``mode="grade"`` (a learner's run)
+    keeps only check ids and learner values (plus ``want`` at the self-consistency sites in ``keep_want``)
+    and replaces the value of every assignment that only fed what was dropped by ``None`` (or a tuple of
+    them). Lines stay where
+    they were, so tracebacks point at the learner's view of the cell. Raises :class:`TestCellNotSupported`
+    for check-library use it cannot make safe. ``conservative`` keeps every ``want`` and every assignment
+    (used only for a cell whose careful rewrite would not reproduce the reference's own verdicts).
     """
     try:
         tree = ast.parse(source)
     except SyntaxError as exc:
         raise TestCellNotSupported(f"test cell is not plain Python ({exc.msg})") from None
     names = _check_names(tree)
-    rw = _Rewriter(names, mode, set(keep_want))
-    tree = rw.visit(tree)
+    calls = _check_calls(tree, names)
+    sites = {n: call.func.attr for n, call in enumerate(calls, start=1)}
+    splice = _Splicer(source)
+    table: dict[int, ast.AST] = {}
+    if conservative:  # every expected value stays (a cell the careful rewrite would change: see isolation)
+        keep_want = {site for site, kind in sites.items() if kind == "close"}
+    for site, call in enumerate(calls, start=1):
+        if mode == "profile":
+            func = ast.Attribute(value=ast.Call(func=ast.Name("__ac_site__", ast.Load()),
+                                                args=[ast.Constant(site), call.func.value], keywords=[]),
+                                 attr=call.func.attr, ctx=ast.Load())
+            table[id(call.func)] = func
+            splice.replace(call.func, ast.unparse(func))
+        else:
+            new = _record_call(call, site, set(keep_want))
+            table[id(call)] = new
+            splice.replace(call, ast.unparse(new))
+    rewritten = _Replace(table).visit(tree)
     if mode == "grade":
-        ctor_targets = names
-        leftovers = {n for n in _loaded_names(tree) if n in ctor_targets}
+        leftovers = {n for n in _loaded_names(rewritten) if n in names}
         if leftovers:
             raise TestCellNotSupported(f"the Checks object {sorted(leftovers)[0]!r} is used other than by calling "
                                        "one of its checks")
-        # drop assignments that only fed dropped expressions, to a fixpoint
-        for _ in range(20):
-            dead = _assigned_names(tree) - _loaded_names(tree)
-            dd = _DropDead(dead)
-            tree = dd.visit(tree)
-            if not dd.changed:
-                break
-    ast.fix_missing_locations(tree)
-    return ast.unparse(tree) + "\n", rw.sites
+        dead = [] if conservative else _dead_assignments(rewritten)
+        nothing = {}
+        for assign in dead:
+            target = assign.targets[0]
+            if isinstance(target, ast.Tuple):  # a, b = ... needs as many values
+                nothing[id(assign.value)] = ast.Tuple([ast.Constant(None) for _ in target.elts], ast.Load())
+            else:
+                nothing[id(assign.value)] = ast.Constant(None)
+            splice.replace(assign.value, ast.unparse(nothing[id(assign.value)]))
+        rewritten = _Replace(nothing).visit(rewritten)
+    ast.fix_missing_locations(rewritten)
+    text = splice.result()
+    try:
+        same = ast.dump(ast.parse(text)) == ast.dump(rewritten)
+    except SyntaxError:
+        same = False
+    if not same:  # the splice went wrong somewhere: fall back to regenerated code (lines may move)
+        text = ast.unparse(rewritten)
+    return (text if text.endswith("\n") else text + "\n"), sites
 
 
 def is_hidden(source: str) -> bool:

@@ -1,0 +1,472 @@
+"""The hostile submissions. Points of chapter 3: masked_softmax visible 2 / hidden 3, scores 4 / 4,
+additive attention 2 / 2, scaled dot-product attention (sdpa) 3 / 5, variance 2: 27 in all.
+
+"Wrong" below means the catalogued mistake ``sdpa-missing-scale`` (no 1/sqrt(d)), which loses exactly the
+two sdpa cells (8 points): a hostile trick that rescued it would show up as points there.
+"""
+from __future__ import annotations
+
+import copy
+import json
+import textwrap
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import nbformat
+
+from attention_course.cells import grade_id
+from autograder import submissions
+from autograder.course import Course
+
+CHAPTER = "03_scoring_functions"
+FULL = 27.0
+SDPA = ("test_sdpa_visible", "test_sdpa_hidden")  # 3 + 5 points
+SCORES_AND_SDPA = ("test_scores_visible", "test_scores_hidden", *SDPA)  # 16 points: all need dot_score
+ALL_CELLS = ("test_masked_softmax_visible", "test_masked_softmax_hidden", "test_scores_visible",
+             "test_scores_hidden", "test_additive_attention_visible", "test_additive_attention_hidden",
+             "test_sdpa_visible", "test_sdpa_hidden", "test_variance")
+
+
+@dataclass
+class Ctx:
+    """Where things are while the corpus is graded (paths are on the host, outside any sandbox)."""
+
+    course: Course  # the throwaway course copy the engine grades in
+    repo: Path  # the real repository (its solutions/ must stay out of reach too)
+    port: int  # a TCP server on 127.0.0.1 run by the test
+    canary: Path  # a host file nobody may write
+    other_student: Path  # another learner's submission
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    what: str
+    build: Callable[[Ctx], "nbformat.NotebookNode | bytes"]
+    status: str
+    score: float
+    reason: str = ""
+    failing: tuple[str, ...] = ()  # exactly these graded cells score 0 (when status is "graded")
+    flags: tuple[str, ...] = ()
+    file_name: str = f"{CHAPTER}.ipynb"
+    outputs_contain: tuple[str, ...] = ()  # in the executed notebook's outputs
+    outputs_lack: tuple[str, ...] = ()
+    max_seconds: float = 30.0
+    extra: dict = field(default_factory=dict)
+
+
+# -- building blocks --------------------------------------------------------------------------------------
+
+
+def reference(ctx: Ctx) -> nbformat.NotebookNode:
+    return submissions.reference(ctx.course, CHAPTER)
+
+
+def blank(ctx: Ctx) -> nbformat.NotebookNode:
+    return submissions.blank(ctx.course, CHAPTER)
+
+
+def wrong(ctx: Ctx) -> nbformat.NotebookNode:
+    m = next(m for m in submissions.load_mistakes(ctx.course, CHAPTER) if m.id == "sdpa-missing-scale")
+    return submissions.with_mistake(ctx.course, CHAPTER, m)
+
+
+def _index(nb, gid: str) -> int:
+    return next(i for i, c in enumerate(nb.cells) if grade_id(c) == gid)
+
+
+def insert_after(nb, gid: str, code: str):
+    nb = copy.deepcopy(nb)
+    cell = nbformat.v4.new_code_cell(textwrap.dedent(code).strip("\n"))
+    nb.cells.insert(_index(nb, gid) + 1, cell)
+    return nb
+
+
+def prepend(nb, gid: str, code: str):
+    nb = copy.deepcopy(nb)
+    cell = nb.cells[_index(nb, gid)]
+    cell.source = textwrap.dedent(code).strip("\n") + "\n" + cell.source
+    return nb
+
+
+def append(nb, gid: str, code: str):
+    nb = copy.deepcopy(nb)
+    cell = nb.cells[_index(nb, gid)]
+    cell.source = cell.source + "\n" + textwrap.dedent(code).strip("\n") + "\n"
+    return nb
+
+
+def replace_in(nb, gid: str, find: str, repl: str):
+    nb = copy.deepcopy(nb)
+    cell = nb.cells[_index(nb, gid)]
+    assert cell.source.count(find) == 1, (gid, find)
+    cell.source = cell.source.replace(find, repl)
+    return nb
+
+
+# -- the hostile code -------------------------------------------------------------------------------------
+
+SWALLOW = """
+import signal, time
+signal.signal(signal.SIGALRM, lambda *a: None)   # ignore the timeout alarm...
+signal.signal(signal.SIGINT, signal.SIG_IGN)
+while True:
+    try:
+        time.sleep(0.05)
+    except BaseException:                         # ...and swallow any interrupt that still arrives
+        pass
+"""
+
+MEMORY_BOMB = """
+hog = []
+while True:
+    hog.append(torch.ones(512 * 2**20 // 4))   # 512 MB at a time, every page touched
+"""
+
+FORK_BOMB = """
+import os, time
+children = []
+for _ in range(300):                         # bounded: 300 children, each sleeping
+    pid = os.fork()
+    if pid == 0:
+        time.sleep(60)
+        os._exit(0)
+    children.append(pid)
+"""
+
+PRINT_100MB = """
+line = "x" * (1 << 20)
+for _ in range(100):
+    print(line)
+"""
+
+PATCH_NUMPY_TORCH = """
+import numpy as np, torch, builtins
+import numpy.testing
+torch.allclose = lambda *a, **k: True
+torch.equal = lambda *a, **k: True
+torch.isclose = lambda a, b, *r, **k: torch.ones_like(torch.as_tensor(a), dtype=torch.bool)
+torch.testing.assert_close = lambda *a, **k: None
+np.allclose = lambda *a, **k: True
+np.isclose = lambda a, b, *r, **k: np.ones(np.broadcast(np.asarray(a), np.asarray(b)).shape, dtype=bool)
+np.array_equal = lambda *a, **k: True
+np.testing.assert_allclose = lambda *a, **k: None
+np.isnan = lambda a, *r, **k: np.zeros(np.shape(a), dtype=bool)
+torch.Tensor.__eq__ = lambda self, other: torch.ones_like(self, dtype=torch.bool)
+"""
+
+PATCH_BUILTINS = """
+import builtins
+_real_isinstance, _real_type = builtins.isinstance, builtins.type
+def isinstance(obj, classinfo):          # claim every tensor/array/number is whatever is asked
+    return True if obj is not None else _real_isinstance(obj, classinfo)
+builtins.isinstance = isinstance
+builtins.all = lambda it: True
+builtins.abs = lambda x: 0
+builtins.max = lambda *a, **k: 0
+builtins.AssertionError = type("AssertionError", (Exception,), {})
+"""
+
+RIGGED_EQ = """
+class AlwaysEqual:
+    '''Equal to anything, close to anything, with any shape you ask for.'''
+    shape = property(lambda self: self)
+    dtype = property(lambda self: self)
+    def __eq__(self, other): return True
+    def __ne__(self, other): return False
+    def __len__(self): return 3
+    def __getitem__(self, i): return self
+    def __array__(self, *a, **k): raise TypeError("no")
+    def __float__(self): return 0.0
+    def __bool__(self): return True
+    def __iter__(self): return iter([self, self])
+    def __matmul__(self, o): return self
+    def __truediv__(self, o): return self
+
+def scaled_dot_product_attention(queries, keys, values, mask=None):
+    return AlwaysEqual(), AlwaysEqual()
+"""
+
+TENSOR_SUBCLASS = """
+class Agreeable(torch.Tensor):
+    '''Carries wrong values but answers every comparison with "equal".'''
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        name = getattr(func, "__name__", "")
+        if name in ("allclose", "equal"):
+            return True
+        if name in ("isclose", "eq", "__eq__"):
+            return torch.ones_like(torch.Tensor.as_subclass(args[0], torch.Tensor), dtype=torch.bool)
+        return super().__torch_function__(func, types, args, kwargs or {})
+
+_wrong_sdpa = scaled_dot_product_attention
+def scaled_dot_product_attention(queries, keys, values, mask=None):
+    out, w = _wrong_sdpa(queries, keys, values, mask)
+    return out.as_subclass(Agreeable), w.as_subclass(Agreeable)
+"""
+
+# a fake record, with the worked example's correct output (the learner can read it in the visible test),
+# printed before and after every real check of the sdpa cells, plus a fake "all passed" text
+FAKE_RECORDS = """
+import base64, numpy as np
+from IPython.display import display
+_MIME = "application/vnd.attention-course.check+json"
+_right = np.array([[0.32861, 0.66715, 0.36943, 0.55214], [0.32951, 0.66365, 0.34863, 0.54977],
+                   [0.32732, 0.66671, 0.39057, 0.55726]])
+def _fake(cell, check, value):
+    got = {"tensor": {"dtype": "float64", "np_dtype": "float64", "shape": list(value.shape), "device": "cpu",
+                      "type": "Tensor", "b64": base64.b64encode(value.tobytes()).decode()}}
+    display({_MIME: {"cell": cell, "check": check, "kind": "close", "got": got,
+                     "params": {"want": got, "rtol": None, "atol": None, "hint": "", "check_dtype": True}},
+             "text/plain": f"\\u2713 {check}: values match"}, raw=True)
+_wrong_sdpa = scaled_dot_product_attention
+def scaled_dot_product_attention(queries, keys, values, mask=None):
+    _fake("test_sdpa_visible", "worked-example", _right)
+    print("\\u2713 all checks passed")
+    out = _wrong_sdpa(queries, keys, values, mask)
+    _fake("test_sdpa_visible", "worked-example", _right)
+    return out
+"""
+
+FAKE_RECORDS_FREE_CELL = """
+_fake("test_sdpa_visible", "worked-example", _right)   # in a cell of its own: not the test cell's output
+"""
+
+CHECK_LIBRARY_SWAP = """
+import sys, types
+import attention_course.checks as C, attention_course.verdicts as V
+_orig_run = C.Checks._run
+def _run(self, check_id, kind, got, params, describe):      # record the expected value as the answer
+    if "want" in params:
+        got = params["want"]
+    return _orig_run(self, check_id, kind, got, params, describe)
+C.Checks._run = _run
+C.Checks.close = lambda self, check_id, got, want, **k: _orig_run(self, check_id, "close", want,
+                                                                 {"want": want, "hint": ""}, check_id)
+V.decide = lambda *a, **k: V.PASS
+V.compare = lambda *a, **k: V.PASS
+fake = types.ModuleType("attention_course.verdicts")
+fake.decide = V.decide
+sys.modules["attention_course.verdicts"] = fake
+sys.modules["attention_course.checks"].CheckFailed = Warning
+"""
+
+RECORDER_TAMPER = """
+import sys
+_wrong_sdpa = scaled_dot_product_attention
+def scaled_dot_product_attention(queries, keys, values, mask=None):
+    ns = get_ipython().user_ns
+    for name in [n for n in ns if n.startswith("__ac_")]:       # find the grader's recorders...
+        real = ns[name]
+        def scrape(*args, _real=real, **kwargs):                 # ...and record the expected value instead
+            caller = sys._getframe(1)
+            for var in ("want", "expected", "reference", "target"):
+                if var in caller.f_locals:
+                    args = args[:3] + (caller.f_locals[var],) + args[4:]
+            return _real(*args, **kwargs)
+        ns[name] = scrape
+    return _wrong_sdpa(queries, keys, values, mask)
+"""
+
+READ_SECRETS = """
+import glob, json, os
+targets = [{sol!r}, {repo_sol!r}, {gradebook!r}, {other!r}, {expected!r}, "/work/authoring/build_ch03.py",
+           "/etc/shadow", "/root/.bash_history"]
+found = []
+for p in targets:
+    try:
+        with open(p, "rb") as fh:
+            found.append((p, len(fh.read())))
+    except Exception as exc:
+        print("blocked", type(exc).__name__, p)
+for top in ("", "/usr", "/etc", "/scratch", "/proc", "/work", "/work/main", "/root"):
+    found += glob.glob(top + "/*/solutions/*/*.ipynb") + glob.glob(top + "/*/grading/gradebook.db")
+print("FOUND", found)
+print("VISIBLE /work/main:", sorted(os.listdir({repo!r})))
+for p in [t for t in found if isinstance(t, tuple)]:           # would paste the reference answers in
+    for cell in json.load(open(p[0]))["cells"]:
+        if cell.get("metadata", {{}}).get("nbgrader", {{}}).get("solution"):
+            exec("".join(cell["source"]), globals())
+"""
+
+WRITE_GRADEBOOK = """
+import os, sqlite3
+attempts = {{"gradebook": {gradebook!r}, "canary": {canary!r}, "other student": {other!r},
+            "course": {course_file!r}, "etc": "/etc/attention-was-here", "usr": "/usr/attention-was-here"}}
+for what, path in attempts.items():
+    try:
+        with open(path, "a") as fh:
+            fh.write("full marks please")
+        print("WROTE", what)
+    except Exception as exc:
+        print("blocked", what, type(exc).__name__)
+try:
+    db = sqlite3.connect({gradebook!r})
+    db.execute("create table if not exists grade (student text, score real)")
+    db.execute("insert into grade values ('me', 100)")
+    db.commit()
+    print("WROTE gradebook via sqlite")
+except Exception as exc:
+    print("blocked sqlite", type(exc).__name__)
+with open("/scratch/notes.txt", "w") as fh:       # the scratch folder is the learner's own
+    fh.write("ok")
+print("scratch ok", open("notes.txt").read())
+"""
+
+NETWORK = """
+import socket
+for host in ("127.0.0.1", "localhost"):
+    try:
+        s = socket.create_connection((host, {port}), timeout=2)
+        s.sendall(b"stolen hidden tests")
+        s.close()
+        print("CONNECTED", host)
+    except Exception as exc:
+        print("no network", host, type(exc).__name__)
+try:
+    socket.getaddrinfo("pypi.org", 443)
+    print("DNS works")
+except Exception as exc:
+    print("no dns", type(exc).__name__)
+"""
+
+WARNING = """
+import sys, warnings
+warnings.warn("this answer triggers a warning", UserWarning)
+print("a note on stderr", file=sys.stderr)
+"""
+
+
+def _read_secrets(ctx: Ctx):
+    code = READ_SECRETS.format(
+        sol=str(ctx.course.source_notebook(CHAPTER)), repo_sol=str(ctx.repo / "solutions" / CHAPTER / f"{CHAPTER}.ipynb"),
+        gradebook=str(ctx.course.grading / "gradebook.db"), other=str(ctx.other_student),
+        expected=str(next((ctx.course.grading / "expected").glob("isolation-*.json"), "")), repo=str(ctx.repo))
+    return insert_after(blank(ctx), "setup", code)
+
+
+def _write_gradebook(ctx: Ctx):
+    code = WRITE_GRADEBOOK.format(gradebook=str(ctx.course.grading / "gradebook.db"), canary=str(ctx.canary),
+                                  other=str(ctx.other_student), course_file=str(ctx.course.source_notebook(CHAPTER)))
+    return insert_after(reference(ctx), "setup", code)
+
+
+def _edited_test(ctx: Ctx):
+    nb = wrong(ctx)
+    i = _index(nb, "test_sdpa_visible")
+    nb.cells[i].source = 'print("all tests passed")'
+    j = _index(nb, "test_sdpa_hidden")
+    nb.cells[j].metadata["nbgrader"]["points"] = 0  # and claim the hidden cell is worth nothing
+    k = _index(nb, "test_variance")
+    nb.cells[k].metadata["nbgrader"]["points"] = 100  # or a lot
+    return nb
+
+
+def _deleted_test(ctx: Ctx):
+    nb = wrong(ctx)
+    del nb.cells[_index(nb, "test_sdpa_hidden")]
+    return nb
+
+
+def _duplicated(ctx: Ctx):
+    nb = reference(ctx)
+    nb.cells.append(copy.deepcopy(nb.cells[_index(nb, "test_variance")]))
+    extra = copy.deepcopy(nb.cells[_index(nb, "scaled_dot_product_attention")])
+    extra.id = "my-copy"
+    nb.cells.insert(_index(nb, "scaled_dot_product_attention") + 1, extra)
+    return nb
+
+
+def _fake_records(ctx: Ctx):
+    nb = insert_after(wrong(ctx), "scaled_dot_product_attention", FAKE_RECORDS)
+    return insert_after(nb, "test_sdpa_hidden", FAKE_RECORDS_FREE_CELL)
+
+
+CASES = [
+    Case("infinite_loop", "`while True: pass` at the top of the scores cell: the cell times out, the notebook "
+         "goes on, and everything that needs dot_score fails",
+         lambda ctx: prepend(reference(ctx), "scores", "while True:\n    pass"),
+         "graded", FULL - 16, failing=SCORES_AND_SDPA, outputs_contain=("CellTimeout",)),
+    Case("swallows_interrupt", "ignores the alarm and swallows every interrupt: the wall clock kills it",
+         lambda ctx: insert_after(reference(ctx), "setup", SWALLOW),
+         "zero", 0.0, reason="timeout: notebook exceeded 20 s", max_seconds=40),
+    Case("memory_bomb", "allocates 512 MB blocks until something gives",
+         lambda ctx: insert_after(reference(ctx), "setup", MEMORY_BOMB),
+         "zero", 0.0, reason="kernel died (out of memory: limit 1536 MB)"),
+    Case("fork_bomb", "forks 300 sleeping children",
+         lambda ctx: insert_after(reference(ctx), "setup", FORK_BOMB),
+         "zero", 0.0, reason="process limit exceeded: the notebook tried to run more than 64 processes or "
+                             "threads (fork bomb?)"),
+    Case("os_exit", "os._exit(0) in a cell",
+         lambda ctx: insert_after(reference(ctx), "scores", "import os\nos._exit(0)"),
+         "zero", 0.0, reason="kernel died (exited with status 0 before the notebook finished)"),
+    Case("sys_exit", "sys.exit() at the top of the scores cell: an error in that cell, like in Jupyter",
+         lambda ctx: prepend(reference(ctx), "scores", "import sys\nsys.exit()"),
+         "graded", FULL - 16, failing=SCORES_AND_SDPA, outputs_contain=("SystemExit",)),
+    Case("segfault", "dereferences NULL through ctypes",
+         lambda ctx: insert_after(reference(ctx), "scores", "import ctypes\nctypes.string_at(0)"),
+         "zero", 0.0, reason="kernel died (segfault)"),
+    Case("print_100mb", "prints 100 MB: output is capped, the answers still count",
+         lambda ctx: insert_after(reference(ctx), "setup", PRINT_100MB),
+         "graded", FULL, outputs_contain=("[output truncated",)),
+    Case("patch_numpy_torch", "wrong sdpa, and torch/numpy comparison functions patched to say 'equal'",
+         lambda ctx: insert_after(wrong(ctx), "setup", PATCH_NUMPY_TORCH),
+         "graded", FULL - 8, failing=SDPA),
+    Case("patch_builtins", "wrong sdpa, then isinstance/all/abs/max patched: nothing after the patch scores, "
+         "and the grader's own plumbing keeps working",
+         lambda ctx: insert_after(wrong(ctx), "test_sdpa_visible", PATCH_BUILTINS),
+         "graded", FULL - 10, failing=(*SDPA, "test_variance")),
+    Case("rigged_eq", "sdpa returns an object whose __eq__ is always true",
+         lambda ctx: insert_after(reference(ctx), "scaled_dot_product_attention", RIGGED_EQ),
+         "graded", FULL - 8, failing=SDPA),
+    Case("tensor_subclass", "wrong sdpa returning a tensor subclass that claims equality",
+         lambda ctx: insert_after(wrong(ctx), "scaled_dot_product_attention", TENSOR_SUBCLASS),
+         "graded", FULL - 8, failing=SDPA),
+    Case("fake_records", "wrong sdpa printing fake check records (right values, before and after the real "
+         "check) and a fake 'all checks passed'",
+         _fake_records, "graded", FULL - 8, failing=SDPA),
+    Case("check_library_swap", "wrong sdpa; the check library patched to record the expected value as the "
+         "answer, decide() patched to pass, sys.modules edited",
+         lambda ctx: insert_after(wrong(ctx), "setup", CHECK_LIBRARY_SWAP),
+         "graded", FULL - 8, failing=SDPA),
+    Case("recorder_tamper", "wrong sdpa that replaces the grader's recorders during the test and scrapes "
+         "the test's frame for an expected value",
+         lambda ctx: insert_after(wrong(ctx), "scaled_dot_product_attention", RECORDER_TAMPER),
+         "graded", FULL - 8, failing=SDPA),
+    Case("read_solutions", "blank answers; tries to read solutions/, the gradebook, the expectations and "
+         "another learner's notebook, and to paste the reference answers in",
+         _read_secrets, "graded", 0.0, failing=ALL_CELLS,
+         outputs_contain=("FOUND []", "VISIBLE /work/main: ['.venv', 'attention_course']")),
+    Case("write_gradebook", "tries to write the gradebook (file and sqlite), another learner's notebook, "
+         "the course and a host file",
+         _write_gradebook, "graded", FULL, outputs_contain=("scratch ok ok", "blocked sqlite"),
+         outputs_lack=("WROTE",)),
+    Case("network", "connects to a server on 127.0.0.1 and resolves a name",
+         lambda ctx: insert_after(reference(ctx), "setup", NETWORK.format(port=ctx.port)),
+         "graded", FULL, outputs_contain=("no network 127.0.0.1", "no dns"), outputs_lack=("CONNECTED",)),
+    Case("edited_test_cell", "wrong sdpa; the visible sdpa test replaced by a print, points edited",
+         _edited_test, "graded", FULL - 8, failing=SDPA,
+         flags=("edited test cell test_sdpa_visible restored", "edited test cell test_sdpa_hidden restored",
+                "edited test cell test_variance restored")),
+    Case("deleted_test_cell", "wrong sdpa; the hidden sdpa test cell deleted",
+         _deleted_test, "graded", FULL - 8, failing=SDPA, flags=("deleted test cell test_sdpa_hidden restored",)),
+    Case("duplicated_grade_id", "a second copy of a test cell and of a solution cell",
+         _duplicated, "graded", FULL,
+         flags=("duplicated grade_id scaled_dot_product_attention: the extra copy runs as an ordinary cell",
+                "duplicated grade_id test_variance: extra copy removed")),
+    Case("malformed_json", "a truncated file", lambda ctx: b'{"cells": [{"cell_type": "code", "sou',
+         "zero", 0.0, reason="malformed JSON"),
+    Case("empty_file", "zero bytes", lambda ctx: b"", "zero", 0.0, reason="empty file"),
+    Case("wrong_file_name", "the right notebook under another name", lambda ctx: reference(ctx),
+         "zero", 0.0, reason=f"wrong file name: expected {CHAPTER}.ipynb, got scoring.ipynb",
+         file_name="scoring.ipynb"),
+    Case("not_a_notebook", "valid JSON that is not a notebook", lambda ctx: json.dumps({"hello": 1}).encode(),
+         "zero", 0.0, reason="not a notebook (no list of cells)"),
+    Case("warning", "a correct answer that warns and writes to stderr keeps its points",
+         lambda ctx: append(reference(ctx), "scaled_dot_product_attention",
+                            "import warnings\n_real_sdpa = scaled_dot_product_attention\n"
+                            "def scaled_dot_product_attention(*a, **k):\n" + textwrap.indent(WARNING, "    ")
+                            + "    return _real_sdpa(*a, **k)"),
+         "graded", FULL, outputs_contain=("this answer triggers a warning", "a note on stderr")),
+]

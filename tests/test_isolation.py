@@ -1,0 +1,393 @@
+"""The isolated grading engine (autograder.isolation) against hostile and broken notebooks, and against the
+course itself: every chapter's reference scores full marks and its blank release zero, and every catalogued
+mistake of chapter 3 loses points.
+
+The hostile corpus (tests/hostile/cases.py) is graded as one batch through one Engine with small limits
+(cell 5 s, notebook 20 s, 1.5 GB, 64 processes, 5 MB of output) in a throwaway copy of the course that also
+holds a gradebook, another learner's submission and a canary file; a TCP server listens on 127.0.0.1 only.
+Each case asserts its exact score, status, reason and flags, that the whole batch finished, and that
+nothing outside the sandbox changed.
+
+These tests need root, Linux namespaces and cgroup v1 memory+pids controllers: without them they fail
+with a message saying what is missing (they never skip).
+"""
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import shutil
+import socket
+import sqlite3
+import threading
+import time
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from attention_course.cells import grade_id, is_graded_test
+from autograder import structure, submissions, trusted
+from autograder.course import Course
+from autograder.isolation import Engine, Limits, feedback_html
+
+from .hostile.cases import CASES, CHAPTER, FULL, SDPA, Ctx
+
+COURSE = Course()
+CHAPTERS = COURSE.chapters()
+LIMITS = Limits(cell_timeout_s=5, notebook_timeout_s=20, memory_mb=1536, max_procs=64, max_output_mb=5)
+MISTAKES = [m.id for m in submissions.load_mistakes(COURSE, CHAPTER)]
+
+
+def _course_copy(dest: Path) -> Course:
+    course = COURSE.copy_to(dest)
+    course.grading.mkdir(exist_ok=True)
+    cache = COURSE.grading / "expected"
+    if cache.is_dir():  # reuse reference profiles already built for these exact sources
+        (course.grading / "expected").mkdir(exist_ok=True)
+        for p in cache.glob("isolation-*.json"):
+            shutil.copy(p, course.grading / "expected" / p.name)
+    return course
+
+
+def _require_isolation(engine: Engine) -> None:
+    missing = engine.missing_capabilities()
+    if missing:
+        pytest.fail("isolated grading needs root, Linux namespaces and cgroup v1 memory and pids controllers; "
+                    f"this machine lacks: {', '.join(missing)}")
+
+
+def _snapshot(*roots: Path, skip: tuple[Path, ...] = ()) -> dict[str, str]:
+    out = {}
+    for root in roots:
+        if root.is_file():
+            out[str(root)] = hashlib.sha256(root.read_bytes()).hexdigest()
+            continue
+        for p in sorted(root.rglob("*")):
+            if p.is_file() and not any(p.is_relative_to(s) for s in skip):
+                out[str(p)] = hashlib.sha256(p.read_bytes()).hexdigest()
+    return out
+
+
+class _Server:
+    """A TCP server on 127.0.0.1 that remembers what anyone sent it."""
+
+    def __init__(self):
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(8)
+        self.sock.settimeout(0.2)
+        self.port = self.sock.getsockname()[1]
+        self.received: list[bytes] = []
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self):
+        while not self.stop.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except (socket.timeout, OSError):
+                continue
+            with conn:
+                conn.settimeout(1)
+                try:
+                    self.received.append(conn.recv(1000))
+                except OSError:
+                    self.received.append(b"<connected>")
+
+    def close(self):
+        self.stop.set()
+        self.thread.join(5)
+        self.sock.close()
+
+
+@pytest.fixture(scope="module")
+def batch(tmp_path_factory):
+    """Grade the whole hostile corpus, in one Engine, once."""
+    tmp = tmp_path_factory.mktemp("hostile")
+    course = _course_copy(tmp / "course")
+    gradebook = course.grading / "gradebook.db"
+    with sqlite3.connect(gradebook) as db:
+        db.execute("create table grade (student text, score real)")
+        db.execute("insert into grade values ('someone', 12.5)")
+    other = submissions.write_submission(course, "other-learner", CHAPTER, submissions.reference(course, CHAPTER))
+    canary = tmp / "canary.txt"
+    canary.write_text("nobody writes here")
+    server = _Server()
+    ctx = Ctx(course=course, repo=COURSE.root, port=server.port, canary=canary, other_student=other)
+    protected = (course.root, COURSE.solutions, canary)
+    skip = (course.grading / "expected", course.grading / "submitted" / "hostile")
+    results, started = {}, time.monotonic()
+    try:
+        with Engine(course.root, LIMITS) as engine:
+            _require_isolation(engine)
+            engine.profile(CHAPTER)  # built (trusted side) before the snapshot
+            before = _snapshot(*protected, skip=skip)
+            for case in CASES:
+                built = case.build(ctx)
+                path = course.grading / "submitted" / "hostile" / case.name / case.file_name
+                path.parent.mkdir(parents=True)
+                if isinstance(built, bytes):
+                    path.write_bytes(built)
+                else:  # written as JSON, not nbformat.write: hostile notebooks may be invalid on purpose
+                    path.write_text(json.dumps(built))
+                results[case.name] = engine.grade(CHAPTER, path, case.name)
+            after_ref = submissions.reference(course, CHAPTER)
+            path = course.grading / "submitted" / "hostile" / "after" / f"{CHAPTER}.ipynb"
+            path.parent.mkdir(parents=True)
+            nbformat.write(after_ref, path)
+            results["__after__"] = engine.grade(CHAPTER, path, "after")
+        after = _snapshot(*protected, skip=skip)
+    finally:
+        server.close()
+    changed = sorted(k for k in set(before) | set(after) if before.get(k) != after.get(k))
+    return {"results": results, "changed": changed, "server": server.received, "course": course,
+            "seconds": time.monotonic() - started}
+
+
+def _outputs_text(result: dict) -> str:
+    nb = result.get("executed_notebook") or {"cells": []}
+    return json.dumps([o for c in nb["cells"] for o in c.get("outputs", [])])
+
+
+@pytest.mark.timeout(60)
+def test_corpus_has_at_least_20_cases():
+    assert len(CASES) >= 20
+    assert len({c.name for c in CASES}) == len(CASES)
+
+
+@pytest.mark.timeout(400)
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_hostile_notebook(batch, case):
+    results = batch["results"]
+    assert all(c.name in results for c in CASES) and "__after__" in results, "the batch did not finish"
+    assert results["__after__"]["score"] == FULL, "the engine is not healthy after the hostile corpus"
+    assert batch["changed"] == [], f"files outside the sandbox changed: {batch['changed']}"
+    assert batch["server"] == [], f"the loopback server was reached: {batch['server']}"
+    r = results[case.name]
+    assert r["status"] == case.status, (r["status"], r["reason"], _outputs_text(r)[-3000:])
+    assert r["reason"] == case.reason
+    assert r["score"] == case.score, {g: c["messages"] for g, c in r["cells"].items() if not c["passed"]}
+    assert r["max_score"] == FULL
+    assert sorted(r["flags"]) == sorted(case.flags)
+    if r["status"] == "graded":
+        failing = {g for g, c in r["cells"].items() if not c["passed"]}
+        assert failing == set(case.failing)
+        for g, c in r["cells"].items():
+            assert c["score"] == (0 if g in case.failing else c["max_score"])
+    else:
+        assert all(c["score"] == 0 and not c["passed"] for c in r["cells"].values())
+        assert all(case.reason in m for c in r["cells"].values() for m in c["messages"])
+    text = _outputs_text(r)
+    for s in case.outputs_contain:
+        assert s in text, f"{s!r} not in the executed notebook's outputs"
+    for s in case.outputs_lack:
+        assert s not in text, f"{s!r} in the executed notebook's outputs"
+    assert r["seconds"] < case.max_seconds
+    json.dumps(r)  # the result is plain JSON
+    if r["executed_notebook"] is not None:
+        assert len(json.dumps(r["executed_notebook"])) < 8 << 20  # outputs were capped
+        nbformat.validate(nbformat.from_dict(r["executed_notebook"]))
+
+
+@pytest.mark.timeout(400)
+def test_wrong_answer_feedback_names_symptoms_without_leaking(batch):
+    source = nbformat.read(COURSE.source_notebook(CHAPTER), as_version=4)
+    secrets = {"BEGIN HIDDEN TESTS", "0.32861", "torch-sdpa-", "masked-weights-"}
+    for cell in source.cells:
+        if is_graded_test(cell) and trusted.is_hidden(cell.source):
+            hidden = cell.source.split("BEGIN HIDDEN TESTS", 1)[1]
+            secrets |= {line.strip() for line in hidden.splitlines() if len(line.strip()) > 20}
+    for name, r in batch["results"].items():
+        page = feedback_html(r)
+        messages = json.dumps(r["cells"]) + json.dumps(r["flags"]) + r["reason"]
+        for s in secrets:
+            assert s not in page and s not in messages, (name, s)
+    r = batch["results"]["tensor_subclass"]
+    assert any("tensor subclass" in m for m in r["cells"]["test_sdpa_visible"]["messages"])
+    r = batch["results"]["fake_records"]
+    assert any("fake check record" in m for m in r["cells"]["test_sdpa_visible"]["messages"])
+    r = batch["results"]["patch_numpy_torch"]
+    assert any("is the scale 1/sqrt(d)" in m for m in r["cells"]["test_sdpa_hidden"]["messages"]), \
+        r["cells"]["test_sdpa_hidden"]["messages"]
+    page = feedback_html(r)
+    assert "test_sdpa_hidden" in page and "failed" in page and "19 / 27" in page
+
+
+# -- the course through the engine ------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def course_engine(tmp_path_factory):
+    course = _course_copy(tmp_path_factory.mktemp("course"))
+    with Engine(course.root, Limits(cell_timeout_s=120, notebook_timeout_s=300, memory_mb=2048)) as engine:
+        _require_isolation(engine)
+        yield course, engine
+
+
+def _grade(course, engine, student, chapter, nb):
+    path = submissions.write_submission(course, student, chapter, nb)
+    return engine.grade(chapter, path, student)
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_reference_full_marks_and_blank_zero(course_engine, chapter):
+    course, engine = course_engine
+    ref = _grade(course, engine, "reference", chapter, submissions.reference(course, chapter))
+    lost = {g: c["messages"] for g, c in ref["cells"].items() if not c["passed"]}
+    assert ref["status"] == "graded" and not lost and ref["flags"] == [], (ref["reason"], lost, ref["flags"])
+    assert ref["score"] == ref["max_score"] > 0
+    blank = _grade(course, engine, "blank", chapter, submissions.blank(course, chapter))
+    assert blank["status"] == "graded" and blank["flags"] == [], (blank["reason"], blank["flags"])
+    assert blank["score"] == 0 and all(not c["passed"] for c in blank["cells"].values())
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("mistake_id", MISTAKES)
+def test_catalogued_mistake_loses_points(course_engine, mistake_id):
+    course, engine = course_engine
+    mistake = next(m for m in submissions.load_mistakes(course, CHAPTER) if m.id == mistake_id)
+    r = _grade(course, engine, f"mistake-{mistake_id}", CHAPTER, submissions.with_mistake(course, CHAPTER, mistake))
+    assert r["status"] == "graded"
+    assert r["score"] < r["max_score"], f"{mistake.what}: still full marks"
+    for cell in mistake.fails:
+        assert r["cells"][cell]["score"] == 0, f"{mistake.what}: {cell} should score 0"
+    messages = " | ".join(m for cell in mistake.fails for m in r["cells"][cell]["messages"])
+    assert mistake.symptom.lower() in messages.lower(), (mistake.symptom, messages)
+
+
+# -- self-consistency checks: a synthetic chapter whose expected value depends on the run ----------------
+
+SYNTHETIC = "98_synthetic"
+SYN_SETUP = ("import torch\nfrom attention_course.runtime import start_chapter\ndevice = start_chapter('98_synthetic')\n"
+             "def noisy(g):\n    return torch.randn(3, generator=g, dtype=torch.float64)")
+SYN_SOLUTION = "def double(x):\n    ### BEGIN SOLUTION\n    return 2 * x\n    ### END SOLUTION"
+SYN_TEST = '''from attention_course.checks import Checks
+check = Checks("test_double")
+x = torch.randn(4, dtype=torch.float64)            # the global RNG: differs with the seed
+check.close("fixed", double(torch.ones(3, dtype=torch.float64)), torch.full((3,), 2.0, dtype=torch.float64))
+check.close("consistent", double(x) / 2, x)         # want depends on the run: stays in the kernel
+expected = torch.tensor([2.0, 4.0], dtype=torch.float64)
+check.close("literal", double(torch.tensor([1.0, 2.0], dtype=torch.float64)), expected)
+'''
+# an expected value whose computation also advances a generator the next check needs: dropping it would
+# change that check's input, so the grader falls back to keeping this cell's expected values
+SYN_RNG_TEST = '''from attention_course.checks import Checks
+check = Checks("test_rng")
+g = torch.Generator().manual_seed(1)
+expected = noisy(g) * 0 + 2.0
+check.close("first", double(torch.ones(3, dtype=torch.float64)), expected)
+x = torch.randn(3, generator=g, dtype=torch.float64)
+check.matches_reference("second", double(x))
+'''
+
+
+def _synthetic_course(root: Path) -> Course:
+    def cell(kind, src, gid, **meta):
+        c = nbformat.v4.new_code_cell(src)
+        c.metadata["nbgrader"] = {"grade_id": gid, "schema_version": 3, "task": False, **meta}
+        if kind == "setup":
+            c.metadata["tags"] = ["setup"]
+        return c
+
+    nb = nbformat.v4.new_notebook(cells=[
+        cell("setup", SYN_SETUP, "setup", grade=False, solution=False, locked=True),
+        cell("solution", SYN_SOLUTION, "double", grade=False, solution=True, locked=False),
+        cell("test", SYN_TEST, "test_double", grade=True, solution=False, locked=True, points=3),
+        cell("test", SYN_RNG_TEST, "test_rng", grade=True, solution=False, locked=True, points=1),
+    ])
+    path = root / "solutions" / SYNTHETIC / f"{SYNTHETIC}.ipynb"
+    path.parent.mkdir(parents=True)
+    nbformat.write(nb, path)
+    return Course(root)
+
+
+@pytest.mark.timeout(120)
+def test_self_consistency_sites_keep_their_expected_value_in_the_kernel(tmp_path):
+    course = _synthetic_course(tmp_path)
+    source = nbformat.read(course.source_notebook(SYNTHETIC), as_version=4)
+    with Engine(course.root, LIMITS) as engine:
+        _require_isolation(engine)
+        prof = engine.profile(SYNTHETIC)
+        spec = prof["cells"]["test_double"]
+        assert [c["check"] for c in spec["checks"]] == ["fixed", "consistent", "literal"]
+        assert spec["keep_want_sites"] == [2] and not spec["conservative"]
+        assert prof["cells"]["test_rng"]["conservative"]
+        code, _ = trusted.rewrite_test_cell(SYN_TEST, "grade", set(spec["keep_want_sites"]))
+        assert "torch.full" not in code and "[2.0, 4.0]" not in code  # reproducible wants never run
+        assert "double(x) / 2, x)" in code
+        right = tmp_path / "right" / f"{SYNTHETIC}.ipynb"
+        right.parent.mkdir()
+        nbformat.write(source, right)
+        assert engine.grade(SYNTHETIC, right, "right")["score"] == 4
+        wrong = copy.deepcopy(source)
+        wrong.cells[1].source = "def double(x):\n    return x + x + 0 * x.sum() + (x.numel() == 2)"
+        path = tmp_path / "wrong" / f"{SYNTHETIC}.ipynb"
+        path.parent.mkdir()
+        nbformat.write(wrong, path)
+        r = engine.grade(SYNTHETIC, path, "wrong")
+        assert r["score"] == 1 and r["cells"]["test_rng"]["passed"]  # right where numel != 2
+        assert r["cells"]["test_double"]["messages"] == ["literal: 2 of 2 values are wrong"]
+
+
+# -- pieces that need no sandbox ------------------------------------------------------------------------
+
+
+@pytest.mark.timeout(60)
+def test_rewritten_test_cells_hold_no_expected_values():
+    source = nbformat.read(COURSE.source_notebook(CHAPTER), as_version=4)
+    cells = {grade_id(c): c.source for c in source.cells if is_graded_test(c)}
+    visible, _ = trusted.rewrite_test_cell(cells["test_sdpa_visible"], "grade")
+    assert "0.32861" not in visible and "check.close" not in visible
+    assert visible.count("\n") == cells["test_sdpa_visible"].count("\n") + 1  # lines stay in place
+    hidden, _ = trusted.rewrite_test_cell(cells["test_sdpa_hidden"], "grade")
+    assert "F.scaled_dot_product_attention(q, k, v" not in hidden
+    assert "__ac_raises__" in hidden and "match=" not in hidden
+    for gid, src in cells.items():
+        profile_code, sites = trusted.rewrite_test_cell(src, "profile")
+        grade_code, sites2 = trusted.rewrite_test_cell(src, "grade")
+        assert sites == sites2 and len(sites) == profile_code.count("__ac_site__(")
+    with pytest.raises(trusted.TestCellNotSupported):
+        trusted.rewrite_test_cell("check = Checks('x')\nhelper(check)\ncheck.close('a', 1, 1)", "grade")
+
+
+@pytest.mark.timeout(60)
+def test_structure_repair_restores_and_flags():
+    source = nbformat.read(COURSE.source_notebook(CHAPTER), as_version=4)
+    release = nbformat.read(COURSE.release_notebook(CHAPTER), as_version=4)
+    ref = submissions.reference(COURSE, CHAPTER)
+    fixed = structure.repair(ref, source, release)
+    assert fixed.flags == []
+    assert "BEGIN HIDDEN TESTS" in fixed.nb.cells[fixed.tests["test_sdpa_hidden"]].source
+    moved = copy.deepcopy(ref)
+    i = next(k for k, c in enumerate(moved.cells) if grade_id(c) == "test_variance")
+    moved.cells.insert(0, moved.cells.pop(i))  # a test moved before its solution runs after it again
+    fixed = structure.repair(moved, source, release)
+    order = [grade_id(c) for c in fixed.nb.cells if grade_id(c)]
+    assert order.index("test_variance") > order.index("dot_product_variance")
+    forged = copy.deepcopy(ref)
+    extra = nbformat.v4.new_code_cell("print('free points')")
+    extra.metadata["nbgrader"] = {"grade": True, "grade_id": "test_bonus", "points": 50, "solution": False}
+    forged.cells.append(extra)
+    fixed = structure.repair(forged, source, release)
+    assert fixed.flags == ["unknown grade_id test_bonus: its nbgrader metadata was removed"]
+    assert "test_bonus" not in fixed.tests
+
+
+@pytest.mark.timeout(60)
+def test_unusable_files_get_a_reason(tmp_path):
+    cases = {"wrong.ipynb": (b"{}", "wrong file name"), f"{CHAPTER}.ipynb": (b"  \n", "empty file")}
+    for name, (data, reason) in cases.items():
+        p = tmp_path / name
+        p.write_bytes(data)
+        with pytest.raises(structure.Unusable, match=reason):
+            structure.load_submission(p, CHAPTER)
+    p = tmp_path / f"{CHAPTER}.ipynb"
+    p.write_bytes(b"\xff\xfe not utf-8")
+    with pytest.raises(structure.Unusable, match="malformed JSON"):
+        structure.load_submission(p, CHAPTER)
+    p.write_text(json.dumps({"cells": [{"cell_type": "code", "source": 5}]}))
+    with pytest.raises(structure.Unusable, match="not a notebook"):
+        structure.load_submission(p, CHAPTER)
