@@ -3,6 +3,8 @@
 - ``release [CHAPTER...]``: regenerate ``chapters/`` from ``solutions/``.
 - ``grade [CHAPTER...] [--workers N] [--scheduler tcp://HOST:PORT] [--db URL] [--force] [--submitted DIR]``:
   grade every submission in parallel into the gradebook, with feedback, grades CSV and class report.
+- ``grade-one CHAPTER NOTEBOOK [--student NAME] [--json OUT] [--html OUT]``: grade one notebook in the
+  isolated sandbox and print its per-cell result.
 - ``nbgrader ARGS...``: run nbgrader with this course's configuration (e.g. ``nbgrader autograde 03_scoring_functions``).
 """
 from __future__ import annotations
@@ -27,6 +29,10 @@ def main(argv: list[str]) -> int:
         from .batch import main as grade_main
 
         return grade_main(rest)
+    if command == "grade-one":
+        from .isolation import main as grade_one_main
+
+        return grade_one_main(rest)
     if command == "nbgrader":
         course = Course()
         return subprocess.call([sys.executable, "-m", "nbgrader", *rest], env=course.nbgrader_env(),

@@ -36,14 +36,16 @@ the notebook emitted a fake one (printed before the check ran, or after it); nei
 trusted. A missing key fails ("did not run"). Nothing is taken from the learner's record but the value.
 
 Feedback never contains hidden test source, expected values or hidden inputs: messages are the verdicts'
-symptom texts, prefixed by the check id in visible cells and by "hidden check N" in hidden ones; for an
-error in a hidden cell only the exception type is shown (its message could echo hidden inputs).
+symptom texts, prefixed by the check id in visible cells and by "hidden check N" in hidden ones, where sizes,
+shapes and ratios are redacted (:func:`redact_hidden`); for an error in a hidden cell only the exception
+type is shown (its message could echo hidden inputs).
 """
 from __future__ import annotations
 
 import ast
 import html
 import inspect
+import re
 
 from attention_course import verdicts
 from attention_course.encoding import decode
@@ -312,6 +314,22 @@ def is_hidden(source: str) -> bool:
 # the decision
 
 
+_REDACTIONS = [
+    (re.compile(r"\b(\d+) of (\d+) values are wrong"),
+     lambda m: "all values are wrong" if m.group(1) == m.group(2) else "some values are wrong"),
+    (re.compile(r"\bin \d+ of \d+ places"), lambda m: "in some places"),
+    (re.compile(r"\bshape \((\d+(, ?\d+)*,?)?\)"), lambda m: "shape (...)"),
+    (re.compile(r"\bsame factor \([^)]*\)"), lambda m: "same factor"),
+]
+
+
+def redact_hidden(message: str) -> str:
+    """A hidden check's verdict without the sizes and ratios that would describe the hidden inputs."""
+    for pattern, repl in _REDACTIONS:
+        message = pattern.sub(repl, message)
+    return message
+
+
 def _decode_params(kind: str, params: dict) -> dict:
     out = dict(params)
     if kind == "close" and "want" in out:
@@ -356,7 +374,7 @@ def decide_cell(spec: dict, records: list[dict], error: dict | None, grade_id: s
             failures.append(f"{label}: the recorded value is unreadable ({type(exc).__name__})")
             continue
         if not verdict.passed:
-            failures.append(f"{label}: {verdict.message}")
+            failures.append(f"{label}: {redact_hidden(verdict.message) if hidden else verdict.message}")
     messages = []
     if error is not None:
         ename = str(error.get("ename", "Error"))

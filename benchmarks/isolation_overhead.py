@@ -1,0 +1,86 @@
+"""Time per notebook: the isolated engine (autograder.isolation) against stock ``nbgrader autograde``.
+
+Both grade the same submissions of one chapter (the reference, the blank release and catalogued mistakes)
+in a throwaway copy of the course, one notebook at a time:
+
+- stock: one ``nbgrader autograde CHAPTER`` over all of them (a fresh kernel per notebook, nbgrader's own
+  start-up paid once);
+- isolated: one Engine; its start (the zygote importing torch) and the chapter's reference profile (built
+  once per chapter and cached) are reported separately from the per-notebook time.
+
+    .venv/bin/python benchmarks/isolation_overhead.py [--chapter 03_scoring_functions] [-n 10]
+"""
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from autograder import submissions  # noqa: E402
+from autograder.course import Course  # noqa: E402
+from autograder.isolation import Engine, Limits  # noqa: E402
+
+
+def nbgrader(course: Course, *args: str) -> None:
+    done = subprocess.run([sys.executable, "-m", "nbgrader", *args, "--log-level=ERROR"], env=course.nbgrader_env(),
+                          cwd=course.root, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"nbgrader {' '.join(args)} failed:\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--chapter", default="03_scoring_functions")
+    parser.add_argument("-n", type=int, default=10, help="number of submissions (default 10)")
+    args = parser.parse_args(argv)
+    chapter = args.chapter
+    with tempfile.TemporaryDirectory() as tmp:
+        course = Course().copy_to(Path(tmp) / "course")
+        course.grading.mkdir(exist_ok=True)
+        nbgrader(course, "generate_assignment", chapter, "--force",
+                 f"--CourseDirectory.release_directory={Path(tmp) / 'release_scratch'}")
+        notebooks = [("reference", submissions.reference(course, chapter)), ("blank", submissions.blank(course, chapter))]
+        notebooks += [(f"mistake-{m.id}", submissions.with_mistake(course, chapter, m))
+                      for m in submissions.load_mistakes(course, chapter)]
+        notebooks = notebooks[:args.n]
+        paths = {student: submissions.write_submission(course, student, chapter, nb) for student, nb in notebooks}
+        n = len(paths)
+
+        t = time.perf_counter()
+        nbgrader(course, "autograde", chapter, "--force")
+        stock = (time.perf_counter() - t) / n
+
+        t = time.perf_counter()
+        with Engine(course.root, Limits()) as engine:
+            start = time.perf_counter() - t
+            missing = engine.missing_capabilities()
+            if missing:
+                raise SystemExit(f"isolation unavailable on this machine: {missing}")
+            t = time.perf_counter()
+            engine.profile(chapter)
+            profile = time.perf_counter() - t
+            t = time.perf_counter()
+            results = [engine.grade(chapter, path, student) for student, path in paths.items()]
+            isolated = (time.perf_counter() - t) / n
+        failed = [r["student"] for r in results if r["status"] == "failed"]
+        if failed:
+            raise SystemExit(f"the engine failed on {failed}")
+        print(f"chapter {chapter}, {n} submissions, one notebook at a time")
+        print(f"stock nbgrader autograde : {stock:6.2f} s per notebook")
+        print(f"isolated engine          : {isolated:6.2f} s per notebook "
+              f"(+ {start:.1f} s engine start, + {profile:.1f} s reference profile once per chapter)")
+        print(f"ratio isolated / stock   : {isolated / stock:6.2f}")
+        amortised = (isolated * n + start + profile) / n
+        print(f"isolated incl. start and profile, over these {n}: {amortised:.2f} s per notebook "
+              f"(ratio {amortised / stock:.2f})")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
