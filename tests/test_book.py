@@ -56,6 +56,14 @@ def browser():
     b.close()
 
 
+def test_only_toc_files_are_built(book):
+    pages = {p.relative_to(book).as_posix() for p in book.rglob("*.html")}
+    chapters = {p for p in pages if p.startswith("chapters/")}
+    assert chapters == {f"{c}.html" for c in PAGES}
+    assert not any(p.startswith(("solutions/", "tests/", "grading/")) or p == "README.html" for p in pages), (
+        "files outside _toc.yml were built")
+
+
 def test_book_uses_no_network_resources(book):
     for page in book.rglob("*.html"):
         text = page.read_text(errors="replace")
