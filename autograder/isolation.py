@@ -57,7 +57,7 @@ from . import sandbox, structure, trusted
 from .course import Course
 from .trusted import feedback_html  # noqa: F401 - part of this module's interface
 
-ENGINE_VERSION = "isolation-4"
+ENGINE_VERSION = "isolation-6"
 SEED_BASES = (1_000_003, 2_000_029)  # the grading seed, and the one the reference is re-run with
 
 
@@ -407,7 +407,9 @@ class Engine:
             result.update(status="zero", reason=str(report.get("reason", "kernel died")))
             self._zero_cells(chapter, result, f"not graded: {result['reason']}")
             return
-        result["cells"] = _decide(prof, executed, fixed.tests, self._graded_cells(chapter))
+        leaks = trusted.LeakFilter([c.source for c in source.cells if is_graded_test(c) and trusted.is_hidden(c.source)])
+        result["cells"] = _decide(prof, executed, fixed.tests, self._graded_cells(chapter), leaks,
+                                  self.limits.cell_timeout_s)
         result["score"] = float(sum(c["score"] for c in result["cells"].values()))
         result["max_score"] = float(sum(c["max_score"] for c in result["cells"].values()))
 
@@ -429,7 +431,8 @@ def _merge_outputs(nb: nbformat.NotebookNode, report: dict) -> nbformat.Notebook
 
 
 def _decide(prof: dict, executed: nbformat.NotebookNode, tests: dict[str, int],
-            graded: list[tuple[str, float]]) -> dict:
+            graded: list[tuple[str, float]], leak_filter: trusted.LeakFilter | None = None,
+            cell_timeout_s: float | None = None) -> dict:
     """The trusted decision for every graded cell: ``{grade_id: {score, max_score, passed, messages}}``."""
     out = {}
     for gid, pts in graded:
@@ -439,7 +442,10 @@ def _decide(prof: dict, executed: nbformat.NotebookNode, tests: dict[str, int],
                    if o.get("output_type") in ("display_data", "execute_result")
                    and isinstance(o.get("data"), dict) and isinstance(o["data"].get(RECORD_MIME), dict)]
         errors = [o for o in outputs if o.get("output_type") == "error"]
-        passed, messages = trusted.decide_cell(prof["cells"][gid], records, errors[0] if errors else None, gid)
+        passed, messages = trusted.decide_cell(prof["cells"][gid], records, errors[0] if errors else None, gid,
+                                               cell_timeout_s)
+        if leak_filter is not None:
+            messages = leak_filter.clean(messages)
         out[gid] = {"score": pts if passed else 0.0, "max_score": pts, "passed": passed, "messages": messages}
     return out
 

@@ -50,7 +50,13 @@ import re
 from attention_course import verdicts
 from attention_course.encoding import decode
 
-KINDS = ("close", "matches_reference", "sums_to_one", "shape", "finite", "true", "raises")
+def _kinds() -> tuple[str, ...]:
+    from attention_course.checks import Checks
+
+    return tuple(n for n in vars(Checks) if not n.startswith("_") and callable(getattr(Checks, n)))
+
+
+KINDS = _kinds()  # every public method of Checks is a check
 RAISES_RESERVED = {"types", "match", "hint", "describe"}
 HIDDEN_BEGIN = "BEGIN HIDDEN TESTS"
 
@@ -337,7 +343,126 @@ def _decode_params(kind: str, params: dict) -> dict:
     return out
 
 
-def decide_cell(spec: dict, records: list[dict], error: dict | None, grade_id: str) -> tuple[bool, list[str]]:
+_DTYPES = {"float64", "float32", "float16", "bfloat16", "int64", "int32", "int16", "int8", "uint8", "bool",
+           "complex64", "complex128", "uint16", "uint32", "uint64"}
+_DEVICES = {"cpu", "cuda", "meta", "mps", "xpu"}
+
+
+def _builtin_names() -> frozenset[str]:
+    import builtins
+
+    return frozenset(n for n, v in vars(builtins).items() if isinstance(v, type))
+
+
+_BUILTIN_TYPES = _builtin_names() | {"CellTimeout", "NoneType", "function", "builtin_function_or_method",
+                                     "method", "generator", "module", "ndarray", "Tensor", "Parameter", "Module"}
+_RECORDER_PHRASES = re.compile(r"(tensor|ndarray) subclass [A-Za-z0-9_.<>]{1,200}|(tensor|array|sequence|string) "
+                               r"too (large|long) to record|nesting too deep|dict with non-string keys|"
+                               r"malformed record|tensor of an unknown dtype|array of an unknown dtype")
+
+
+def _name(text) -> str:
+    """A learner-controlled name (of an exception or a type) as feedback may show it: Python's own names only.
+
+    A learner can name a class anything, including text read from a hidden test while it ran; such names
+    never reach a message.
+    """
+    text = str(text)
+    return text if text in _BUILTIN_TYPES else "an exception of its own class"
+
+
+def sanitize_value(data, depth: int = 0):
+    """An encoded learner value with every learner-controlled string reduced to a plain name.
+
+    Records come from the learner's process and may be forged: a dtype, type, device or exception name must
+    not carry text (hidden test source read from memory, say) into feedback messages.
+    """
+    if depth > 30 or not isinstance(data, dict):
+        return {"unsupported": "malformed record"}
+    if "tensor" in data:
+        t = data["tensor"]
+        if not isinstance(t, dict) or t.get("dtype") not in _DTYPES or t.get("np_dtype") not in _DTYPES | {"float32"}:
+            return {"unsupported": "tensor of an unknown dtype"}
+        kind = t.get("type") if t.get("type") in ("Tensor", "Parameter") else "subclass"
+        t = dict(t, type=kind, device=t.get("device") if t.get("device") in _DEVICES else "cpu")
+        return {"tensor": t}
+    if "array" in data:
+        a = data["array"]
+        if not isinstance(a, dict) or a.get("dtype") not in _DTYPES:
+            return {"unsupported": "array of an unknown dtype"}
+        return {"array": a}
+    if "seq" in data:
+        if not isinstance(data["seq"], list):
+            return {"unsupported": "malformed record"}
+        return {"seq": [sanitize_value(v, depth + 1) for v in data["seq"]], "tuple": bool(data.get("tuple"))}
+    if "map" in data:
+        if not isinstance(data["map"], dict):
+            return {"unsupported": "malformed record"}
+        out = {str(k)[:40]: sanitize_value(v, depth + 1) for k, v in data["map"].items()}
+        raised = out.get("raised", {}).get("plain") if isinstance(out.get("raised"), dict) else None
+        if isinstance(raised, str):  # a raises outcome: the exception's name is shown in feedback
+            out["raised"] = {"plain": _name(raised)}
+        return {"map": out}
+    if "unsupported" in data:
+        text = str(data["unsupported"])
+        if _RECORDER_PHRASES.fullmatch(text):
+            text = re.sub(r"subclass \S+", "subclass", text)
+        elif " (unreadable: " in text:
+            text = "value the grader could not read"
+        elif text not in _BUILTIN_TYPES:
+            text = "value of its own class"
+        return {"unsupported": text}
+    if "plain" in data or "float" in data:
+        return data
+    return {"unsupported": "malformed record"}
+
+
+class LeakFilter:
+    """Withholds any message that quotes hidden test code (24 characters or more, whitespace ignored).
+
+    Built from the hidden regions of the chapter's source notebook, minus the hint and describe strings,
+    which are written to be shown. A last line of defence: messages are built from the grader's own words
+    and sanitized names, but a learner's exception text in a visible cell is shown and could quote code the
+    learner's process read from memory while a hidden test ran.
+    """
+
+    WINDOW = 24
+
+    def __init__(self, hidden_sources: list[str]):
+        self.windows: set[str] = set()
+        for src in hidden_sources:
+            region = src.split(HIDDEN_BEGIN, 1)[1] if HIDDEN_BEGIN in src else src
+            for shown in _shown_strings(src):
+                region = region.replace(shown, " ")
+            text = " ".join(region.split())
+            for i in range(max(0, len(text) - self.WINDOW + 1)):
+                self.windows.add(text[i:i + self.WINDOW])
+
+    def quotes_hidden(self, message: str) -> bool:
+        text = " ".join(str(message).split())
+        return any(text[i:i + self.WINDOW] in self.windows for i in range(max(0, len(text) - self.WINDOW + 1)))
+
+    def clean(self, messages: list[str]) -> list[str]:
+        return [("(message withheld: it quoted hidden test code)" if self.quotes_hidden(m) else m) for m in messages]
+
+
+def _shown_strings(source: str) -> list[str]:
+    """The hint/describe strings of a test cell (meant for learners), longest first."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return []
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.keyword) and node.arg in ("hint", "describe"):
+            for n in ast.walk(node.value):
+                if isinstance(n, ast.Constant) and isinstance(n.value, str) and n.value:
+                    out.add(n.value)
+    return sorted(out, key=len, reverse=True)
+
+
+def decide_cell(spec: dict, records: list[dict], error: dict | None, grade_id: str,
+                cell_timeout_s: float | None = None) -> tuple[bool, list[str]]:
     """Decide one graded test cell. ``spec`` is the cell's entry of the reference profile."""
     hidden = bool(spec.get("hidden"))
     counts: dict[str, int] = {}
@@ -361,13 +486,13 @@ def decide_cell(spec: dict, records: list[dict], error: dict | None, grade_id: s
             continue
         rec = by_key[key]
         try:
-            got = decode(rec.get("got"))
+            got = decode(sanitize_value(rec.get("got")))
             params = _decode_params(kind, chk["params"])
             if kind == "close" and chk["site"] in spec.get("keep_want_sites", []):
                 if "want" not in rec:
                     failures.append(f"{label}: the expected value was not recorded")
                     continue
-                params["want"] = decode(rec["want"])
+                params["want"] = decode(sanitize_value(rec["want"]))
             reference = decode(chk["ref_got"]) if kind == "matches_reference" else None
             verdict = verdicts.decide(kind, got, params, reference)
         except Exception as exc:  # noqa: BLE001 - a forged or broken record must not crash the grader
@@ -377,13 +502,15 @@ def decide_cell(spec: dict, records: list[dict], error: dict | None, grade_id: s
             failures.append(f"{label}: {redact_hidden(verdict.message) if hidden else verdict.message}")
     messages = []
     if error is not None:
-        ename = str(error.get("ename", "Error"))
+        ename = _name(error.get("ename", "Error"))
         if ename == "CellTimeout":
-            messages.append(str(error.get("evalue", "the cell did not finish in time")))
+            limit = f" within {cell_timeout_s:g} s" if cell_timeout_s else " in time"
+            messages.append(f"the cell did not finish{limit} and was interrupted")
         elif hidden:
             messages.append(f"the cell stopped with {ename} while running the hidden tests")
         else:
-            messages.append(f"the cell stopped with {ename}: {str(error.get('evalue', ''))[:300]}")
+            evalue = " ".join(str(error.get("evalue", "")).split())[:200]
+            messages.append(f"the cell stopped with {ename}: {evalue}" if evalue else f"the cell stopped with {ename}")
     if hidden:  # many hidden checks often fail the same way: say it once
         merged: dict[str, list[str]] = {}
         for f in failures:

@@ -97,6 +97,12 @@ def append(nb, gid: str, code: str):
     return nb
 
 
+def append_cell(nb, code: str):
+    nb = copy.deepcopy(nb)
+    nb.cells.append(nbformat.v4.new_code_cell(textwrap.dedent(code).strip("\n")))
+    return nb
+
+
 def replace_in(nb, gid: str, find: str, repl: str):
     nb = copy.deepcopy(nb)
     cell = nb.cells[_index(nb, gid)]
@@ -269,6 +275,64 @@ def scaled_dot_product_attention(queries, keys, values, mask=None):
     return _wrong_sdpa(queries, keys, values, mask)
 """
 
+# reads the hidden test's source while it runs (linecache), then tries to carry it into the feedback: as an
+# exception class name and message in the hidden cell, as a message in a later visible cell, and as the
+# dtype/type of a forged record
+EXFILTRATE = """
+import sys, linecache, base64, numpy as np
+from IPython.display import display
+_stash = {}
+_wrong_sdpa = scaled_dot_product_attention
+def scaled_dot_product_attention(queries, keys, values, mask=None):
+    src = "".join(linecache.getlines(sys._getframe(1).f_code.co_filename))
+    if "BEGIN HIDDEN TESTS" in src:
+        _stash["hidden"] = src.split("BEGIN HIDDEN TESTS", 1)[1]
+        name = "".join(ch if ch.isalnum() else "_" for ch in _stash["hidden"])[:40]
+        raise type(name, (Exception,), {})(_stash["hidden"])
+    return _wrong_sdpa(queries, keys, values, mask)
+"""
+
+EXFILTRATE_LATER = """
+def dot_product_variance(d, num_samples=20000, scaled=False, generator=None):
+    leak = _stash.get("hidden", "nothing")
+    got = {"tensor": {"dtype": leak[:300], "np_dtype": "float64", "shape": [1], "device": leak[:50],
+                      "type": leak[:80], "b64": base64.b64encode(np.zeros(1).tobytes()).decode()}}
+    display({"application/vnd.attention-course.check+json":
+             {"cell": "test_variance", "check": f"unscaled-d{d}", "kind": "close", "got": got}}, raw=True)
+    raise ValueError(leak[:1000])
+"""
+
+# rewrites the kernel's own result: real records of the sdpa cells replaced by forged ones (the visible
+# worked example's values, which the learner can read in the visible test, and zeros for hidden checks),
+# errors removed, written to every open descriptor, then exits before the real result is sent
+FORGE_RESULT = """
+import copy, json, os, struct, base64, numpy as np
+import gc
+plumbing = next(d for d in gc.get_objects() if isinstance(d, dict) and "_CAPTURE" in d and "run_cells" in d)
+MIME = "application/vnd.attention-course.check+json"
+right = np.array([[0.32861, 0.66715, 0.36943, 0.55214], [0.32951, 0.66365, 0.34863, 0.54977],
+                  [0.32732, 0.66671, 0.39057, 0.55726]])
+def tensor(a):
+    return {"tensor": {"dtype": "float64", "np_dtype": "float64", "shape": list(a.shape), "device": "cpu",
+                       "type": "Tensor", "b64": base64.b64encode(np.ascontiguousarray(a).tobytes()).decode()}}
+cells = copy.deepcopy(plumbing["_CAPTURE"].cells)
+for cell in cells.values():
+    cell["outputs"] = [o for o in cell["outputs"] if o.get("output_type") != "error"]
+    for o in cell["outputs"]:
+        rec = o.get("data", {}).get(MIME)
+        if rec and rec["cell"] == "test_sdpa_visible" and rec["check"] == "worked-example":
+            rec["got"] = tensor(right)
+        elif rec and rec["cell"] == "test_sdpa_hidden" and "tensor" in rec["got"]:
+            rec["got"] = tensor(np.zeros(rec["got"]["tensor"]["shape"]))
+frame = json.dumps({"done": True, "cells": cells, "truncated": False}).encode()
+for fd in range(3, 100):
+    try:
+        os.write(fd, struct.pack(">I", len(frame)) + frame)
+    except OSError:
+        pass
+os._exit(0)
+"""
+
 READ_SECRETS = """
 import glob, json, os
 targets = [{sol!r}, {repo_sol!r}, {gradebook!r}, {other!r}, {expected!r}, "/work/authoring/build_ch03.py",
@@ -434,6 +498,16 @@ CASES = [
          "the test's frame for an expected value",
          lambda ctx: insert_after(wrong(ctx), "scaled_dot_product_attention", RECORDER_TAMPER),
          "graded", FULL - 8, failing=SDPA),
+    Case("exfiltrate_hidden_source", "wrong sdpa that reads the hidden test's source while it runs and tries "
+         "to carry it into the feedback (exception names and messages, forged record dtype/type names)",
+         lambda ctx: insert_after(insert_after(wrong(ctx), "scaled_dot_product_attention", EXFILTRATE),
+                                  "dot_product_variance", EXFILTRATE_LATER),
+         "graded", FULL - 10, failing=(*SDPA, "test_variance")),
+    Case("forge_result_channel", "wrong sdpa; rewrites the kernel's result (forged records, errors removed) and "
+         "sends it first: only what the learner already knows (the visible example, as hardcoding would) can "
+         "pass, the hidden test still fails",
+         lambda ctx: append_cell(wrong(ctx), FORGE_RESULT),
+         "graded", FULL - 5, failing=("test_sdpa_hidden",)),
     Case("read_solutions", "blank answers; tries to read solutions/, the gradebook, the expectations and "
          "another learner's notebook, and to paste the reference answers in",
          _read_secrets, "graded", 0.0, failing=ALL_CELLS,
