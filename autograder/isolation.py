@@ -19,8 +19,20 @@ per :meth:`Engine.grade` call:
    reference value and tells reproducible expected values from self-consistency ones. A kernel that dies
    (exit, segfault, out of memory, process limit, wall clock) gives the notebook zero with the reason.
 
+   The reference is also graded like a learner's notebook before the profile is used: it must score
+   full marks (a cell that needs it switches to the conservative rewrite; otherwise a grader error).
+
 The profile is cached under ``grading/expected/isolation-<chapter>-<hash>.json`` (the hash covers the
 source notebook and this engine's version) and never enters a learner's sandbox.
+
+Semantics worth knowing: a cell that runs past ``cell_timeout_s`` is interrupted and the notebook goes on
+(like nbclient's interrupt-on-timeout); a notebook that ignores the interrupt runs into
+``notebook_timeout_s`` and scores zero. ``sys.exit()`` in a cell is an error in that cell, as in Jupyter;
+``os._exit``, a crash, the memory limit (OOM kill), or hitting the process limit (a fork bomb) give zero.
+Printed output beyond ``max_output_mb`` is dropped with a note; check records are kept apart from it, so a
+noisy correct notebook keeps its points. ``executed_notebook`` (the repaired notebook with the kernel's
+outputs, hidden tests included, as nbgrader's autograded notebooks) is for instructors; learners get
+:func:`feedback_html`.
 
 Result (JSON-serialisable)::
 
@@ -224,6 +236,9 @@ class Engine:
         tmp = path.with_suffix(f".tmp{os.getpid()}")
         tmp.write_text(json.dumps(prof))
         tmp.replace(path)
+        for stale in path.parent.glob(f"isolation-{chapter}-*.json"):  # profiles of older sources or engines
+            if stale != path:
+                stale.unlink(missing_ok=True)
         self._profiles[chapter] = prof
         return prof
 

@@ -766,6 +766,33 @@ class _Cgroups:
                     time.sleep(0.01)
 
 
+def sweep_stale_cgroups() -> None:
+    """Remove sandbox cgroups left behind by a monitor that was killed (empty, and their monitor is gone)."""
+    for controller in ("memory", "pids"):
+        base = _cgroup_v1_dir(controller)
+        if not base:
+            continue
+        try:
+            names = [n for n in os.listdir(base) if n.startswith("attention-sandbox-")]
+        except OSError:
+            continue
+        for name in names:
+            try:
+                monitor = int(name.split("-")[2])
+                os.kill(monitor, 0)
+                continue  # its monitor is alive: not stale
+            except (ValueError, IndexError):
+                continue
+            except ProcessLookupError:
+                pass
+            except PermissionError:
+                continue
+            try:
+                os.rmdir(os.path.join(base, name))
+            except OSError:
+                pass
+
+
 def _kernel_main(job: dict, root: str, uid: int, go_r: int, res_w: int) -> None:
     """In the kernel (pid 1 of the new pid namespace): wait for the monitor, lock down, run the cells."""
     limits = job["limits"]
@@ -968,6 +995,7 @@ def zygote_main() -> int:
     _SHELL = _make_shell()
     root = os.path.join(STATE_DIR, "root")
     os.makedirs(root, mode=0o755, exist_ok=True)
+    sweep_stale_cgroups()
     write_frame(proto_out, {"ready": True, "capabilities": capabilities(), "pid": os.getpid()})
     while True:
         try:
