@@ -429,19 +429,49 @@ class Engine:
         result["max_score"] = float(sum(c["max_score"] for c in result["cells"].values()))
 
 
+def _clean_output(o) -> dict | None:
+    """One output from the kernel in valid nbformat shape, or None (the kernel's report may be forged)."""
+    if not isinstance(o, dict):
+        return None
+    kind = o.get("output_type")
+    if kind == "stream":
+        if o.get("name") in ("stdout", "stderr") and isinstance(o.get("text"), str):
+            return {"output_type": "stream", "name": o["name"], "text": o["text"]}
+        return None
+    if kind in ("display_data", "execute_result"):
+        data = o.get("data")
+        if not isinstance(data, dict) or not all(isinstance(k, str) for k in data):
+            return None
+        out = {"output_type": kind, "data": data,
+               "metadata": o["metadata"] if isinstance(o.get("metadata"), dict) else {}}
+        if kind == "execute_result":
+            ec = o.get("execution_count")
+            out["execution_count"] = ec if isinstance(ec, int) and not isinstance(ec, bool) else None
+        return out
+    if kind == "error":
+        tb = o.get("traceback") if isinstance(o.get("traceback"), list) else []
+        return {"output_type": "error", "ename": str(o.get("ename", "Error")), "evalue": str(o.get("evalue", "")),
+                "traceback": [str(line) for line in tb]}
+    return None
+
+
 def _merge_outputs(nb: nbformat.NotebookNode, report: dict) -> nbformat.NotebookNode:
     """A copy of ``nb`` with the outputs the kernel reported (sources and metadata stay the grader's own)."""
     executed = copy.deepcopy(nb)
-    for index_str, data in (report.get("cells") or {}).items():
+    cells = report.get("cells")
+    for index_str, data in (cells.items() if isinstance(cells, dict) else []):
         try:
-            cell = executed.cells[int(index_str)]
-        except (ValueError, IndexError):
+            index = int(index_str)
+        except (TypeError, ValueError):
             continue
+        if not 0 <= index < len(executed.cells):
+            continue
+        cell = executed.cells[index]
         if cell.cell_type == "code" and isinstance(data, dict):
             outs = data.get("outputs") if isinstance(data.get("outputs"), list) else []
-            cell.outputs = [nbformat.from_dict(o) for o in outs if isinstance(o, dict) and "output_type" in o]
+            cell.outputs = [nbformat.from_dict(c) for c in map(_clean_output, outs) if c is not None]
             ec = data.get("execution_count")
-            cell.execution_count = ec if isinstance(ec, int) else None
+            cell.execution_count = ec if isinstance(ec, int) and not isinstance(ec, bool) else None
     return executed
 
 

@@ -433,7 +433,7 @@ def _trusted_encoder():
 
     tensor_types = {torch.Tensor: "Tensor", torch.nn.Parameter: "Parameter"}
     ndarray = np.ndarray
-    max_elems = 4_000_000
+    max_elems = 1_000_000
 
     def enc(value, depth=0):
         if depth > 20:
@@ -961,7 +961,7 @@ def _watch(pid: int, res_r: int, deadline: float, limits: dict, cgroups: _Cgroup
         report.update(status="zero", reason=f"process limit exceeded: the notebook tried to run more than "
                                             f"{int(limits['max_procs'])} processes or threads (fork bomb?)")
     elif protocol:
-        report.update(status="zero", reason=f"the notebook interfered with the grader's result channel ({protocol})")
+        report.update(status="zero", reason="the notebook interfered with the grader's result channel", detail=protocol)
     elif done is None:
         if os.WIFSIGNALED(status):
             sig = os.WTERMSIG(status)

@@ -333,6 +333,30 @@ for fd in range(3, 100):
 os._exit(0)
 """
 
+# a result frame the grader cannot use (cells as nonsense), sent first
+ODD_RESULT = """
+import json, os, struct
+frame = json.dumps({"done": True, "truncated": "yes", "cells": {
+    "-1": {"outputs": [{"output_type": "error", "ename": {"x": 1}}]}, "abc": 5, "99999": {"outputs": []},
+    "3": {"outputs": ["text", {"output_type": "weird"}, {"output_type": "stream", "name": "stdin", "text": 1}],
+          "execution_count": True}}}).encode()
+for fd in range(3, 100):
+    try:
+        os.write(fd, struct.pack(">I", len(frame)) + frame)
+    except OSError:
+        pass
+os._exit(0)
+"""
+
+GARBAGE_RESULT = """
+import os
+for fd in range(3, 100):
+    try:
+        os.write(fd, b"garbage! " * 1000)
+    except OSError:
+        pass
+"""
+
 READ_SECRETS = """
 import glob, json, os
 targets = [{sol!r}, {repo_sol!r}, {gradebook!r}, {other!r}, {expected!r}, "/work/authoring/build_ch03.py",
@@ -508,6 +532,12 @@ CASES = [
          "pass, the hidden test still fails",
          lambda ctx: append_cell(wrong(ctx), FORGE_RESULT),
          "graded", FULL - 5, failing=("test_sdpa_hidden",)),
+    Case("odd_result_frame", "the reference, then a nonsense result frame sent first: graded on what it "
+         "contains (nothing), never a grader failure",
+         lambda ctx: append_cell(reference(ctx), ODD_RESULT), "graded", 0.0, failing=ALL_CELLS),
+    Case("garbage_result_channel", "the reference, then bytes that are not frames on every descriptor",
+         lambda ctx: insert_after(reference(ctx), "setup", GARBAGE_RESULT),
+         "zero", 0.0, reason="the notebook interfered with the grader's result channel"),
     Case("read_solutions", "blank answers; tries to read solutions/, the gradebook, the expectations and "
          "another learner's notebook, and to paste the reference answers in",
          _read_secrets, "graded", 0.0, failing=ALL_CELLS,
