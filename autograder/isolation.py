@@ -80,7 +80,8 @@ class Limits:
     memory_mb: int = 2048
     max_procs: int = 64
     max_output_mb: float = 5
-    scratch_mb: int = 64
+    scratch_mb: int = 64  # the kernel's private /scratch (a tmpfs, counted in memory_mb)
+    cpus: float = 1.0  # CPU quota per sandbox (cgroup cpu controller, where present)
 
 
 class GraderError(Exception):
@@ -340,7 +341,8 @@ class Engine:
         return Limits(cell_timeout_s=max(self.limits.cell_timeout_s, 120),
                       notebook_timeout_s=max(self.limits.notebook_timeout_s, 900),
                       memory_mb=max(self.limits.memory_mb, 4096), max_procs=max(self.limits.max_procs, 64),
-                      max_output_mb=max(self.limits.max_output_mb, 50), scratch_mb=self.limits.scratch_mb)
+                      max_output_mb=max(self.limits.max_output_mb, 50), scratch_mb=self.limits.scratch_mb,
+                      cpus=max(self.limits.cpus, 1.0))
 
     def _cells_to_run(self, nb: nbformat.NotebookNode, tests: dict[str, int], prof: dict) -> list[dict]:
         """The job's cells: every code cell in order; graded test cells rewritten and seeded."""

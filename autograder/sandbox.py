@@ -20,7 +20,8 @@ zygote's memory and nothing is shared between learners. The monitor, still root:
   learner), ``/root``, ``/home``, ``/work`` and the host's ``/tmp`` simply do not exist in it. Chosen over
   chmod-protecting the course tree because it does not depend on how the repository's permissions are set.
 - puts the kernel into a fresh memory cgroup (``memory_mb``, no swap) and pids cgroup (``max_procs``
-  tasks, threads included), cgroup v1 under the monitor's own cgroup.
+  tasks, threads included), cgroup v1 under the monitor's own cgroup, and where the cpu controller is
+  available a CPU quota (``cpus``, default one CPU) so parallel sandboxes share the machine fairly.
 - forks the kernel and waits for it with the notebook's wall-clock limit; at the deadline it SIGKILLs the
   kernel, and since the kernel is pid 1 of its namespace every process it started dies with it (a
   process that ``setsid``s its way out of the process group cannot survive).
@@ -681,7 +682,7 @@ class _UidSlot:
 
 
 class _Cgroups:
-    def __init__(self, memory_mb: int, max_procs: int):
+    def __init__(self, memory_mb: int, max_procs: int, cpus: float = 1.0):
         name = f"attention-sandbox-{os.getpid()}-{int(time.time() * 1000) % 100000}"
         self.dirs = {}
         mem = _cgroup_v1_dir("memory")
@@ -709,6 +710,16 @@ class _Cgroups:
             os.mkdir(d)
             self.dirs["pids"] = d
             self._write(d, "pids.max", str(int(max_procs)))
+        cpu = _cgroup_v1_dir("cpu")
+        if cpu and cpus and cpus > 0:  # fairness between parallel sandboxes, where the cpu controller exists
+            d = os.path.join(cpu, name)
+            try:
+                os.mkdir(d)
+                self.dirs["cpu"] = d
+                self._write(d, "cpu.cfs_period_us", "100000")
+                self._write(d, "cpu.cfs_quota_us", str(max(1000, int(100000 * float(cpus)))))
+            except OSError:
+                pass
 
     @staticmethod
     def _write(d: str, name: str, value: str) -> None:
@@ -768,7 +779,7 @@ class _Cgroups:
 
 def sweep_stale_cgroups() -> None:
     """Remove sandbox cgroups left behind by a monitor that was killed (empty, and their monitor is gone)."""
-    for controller in ("memory", "pids"):
+    for controller in ("memory", "pids", "cpu"):
         base = _cgroup_v1_dir(controller)
         if not base:
             continue
@@ -869,7 +880,7 @@ def _monitor(job: dict, root: str) -> dict:
     started = time.monotonic()
     deadline = started + float(limits["notebook_timeout_s"])
     slot = _UidSlot()
-    cgroups = _Cgroups(int(limits["memory_mb"]), int(limits["max_procs"]))
+    cgroups = _Cgroups(int(limits["memory_mb"]), int(limits["max_procs"]), float(limits.get("cpus", 1.0)))
     try:
         unshare(CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS)
         _build_root(root, slot.uid, int(limits.get("scratch_mb", 64)))
