@@ -558,7 +558,6 @@ def run_cells(job: dict, res_fd: int) -> None:
     warnings.simplefilter("default")
     cell_timeout = float(limits["cell_timeout_s"])
     torch_seed, np_seed, py_seed = torch.manual_seed, np.random.seed, random.seed
-    alarm = {"deadline": None}
 
     def on_alarm(signum, frame):
         signal.setitimer(signal.ITIMER_REAL, 1.0)  # keep interrupting a cell that swallows the first one

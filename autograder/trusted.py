@@ -547,10 +547,13 @@ def feedback_html(result: dict) -> str:
     """One learner's feedback as a self-contained HTML fragment: per graded cell points, pass/fail and the
     symptom messages; never hidden test source or expected values (the result holds none)."""
     esc = html.escape
-    parts = [f"<div class='attention-course-feedback'>",
+    parts = ["<div class='attention-course-feedback'>",
              f"<h2>{esc(str(result.get('chapter', '')))}: {result.get('score', 0):g} / "
              f"{result.get('max_score', 0):g} points</h2>"]
-    if result.get("reason"):
+    if result.get("status") == "failed":  # the grader's own trouble: its details are for the instructor
+        parts.append("<p class='reason'><strong>Not graded:</strong> the grader had a problem with this notebook "
+                     "(not your fault); your instructor can see why.</p>")
+    elif result.get("reason"):
         parts.append(f"<p class='reason'><strong>Not graded normally:</strong> {esc(str(result['reason']))}</p>")
     if result.get("flags"):
         parts.append("<p>Changes the grader made to your notebook:</p><ul class='flags'>")

@@ -31,7 +31,7 @@ from autograder import structure, submissions, trusted
 from autograder.course import Course
 from autograder.isolation import Engine, Limits, feedback_html
 
-from .hostile.cases import CASES, CHAPTER, FULL, SDPA, Ctx
+from .hostile.cases import CASES, CHAPTER, FULL, Ctx
 
 COURSE = Course()
 CHAPTERS = COURSE.chapters()
