@@ -395,7 +395,8 @@ class LocalBackend:
         pending = list(reversed(tasks))
         attempts: dict[int, int] = {}
         restarts = 0
-        for w in [w for w in self.procs if not w["idle"]][max(0, len(tasks) - 1):]:
+        ordered = sorted(self.procs, key=lambda w: not w["idle"])  # prepared (idle) workers first
+        for w in ordered[max(1, len(tasks)):]:
             self._retire(w)  # more warm workers than tasks
         self.start(len(tasks))
 
@@ -694,6 +695,7 @@ def _grade_into(writer, course: Course, tasks: list[Task], sources: dict, backen
     if not runnable:
         backend.stop()
     else:
+        importlib.import_module(engine_module_name())  # for feedback_html, while the workers warm up
         # Once per chapter, before anyone grades it (the engine's reference profile; cached on disk).
         backend.prepare(sorted({t.chapter for t in runnable}))
 

@@ -17,11 +17,13 @@ import psutil
 import pytest
 
 from autograder import submissions
+from autograder.course import Course
 
 from .batch_support import (CHAPTER, baseline, cell_max, child_env, comparable, grade_cmd, make_course, run_grade,
                             snapshot, summary_counts, write)
 
 N_SUBMISSIONS = 12  # see batch_support.class_members
+REPO_COURSE = Course()
 
 
 @pytest.fixture(scope="module")
@@ -217,3 +219,24 @@ def test_sigkill_at_a_random_point_then_resume(tmp_path, sequential):
     assert counts["up to date"] == recorded, (seed, out[-2000:])
     assert counts["graded"] + counts["zero"] == N_SUBMISSIONS - recorded, (seed, out[-2000:])
     assert comparable(snapshot(course.db_url)) == uninterrupted, f"resumed gradebook differs (seed {seed})"
+
+
+@pytest.mark.timeout(180)
+def test_a_worker_that_dies_is_replaced_and_its_notebook_retried_once(tmp_path):
+    """With a stub engine: a worker killed mid-notebook is replaced and the notebook retried; a notebook
+    that kills its worker twice is reported failed (not recorded, so the next run tries it again)."""
+    members = {name: submissions.blank(REPO_COURSE, CHAPTER) for name in ("ok-1", "flaky", "crash", "ok-2", "ok-3")}
+    course = make_course(tmp_path / "course", members=members)
+    env = dict(child_env(), AUTOGRADER_ENGINE="tests.stub_engine")
+    done = subprocess.run(grade_cmd(course, "--workers", "2"), cwd=course.root, env=env, capture_output=True,
+                          text=True, timeout=150)
+    out = done.stdout + done.stderr
+    assert done.returncode == 1, out[-3000:]  # a failed notebook makes the command fail
+    assert summary_counts(out) == {"graded": 4, "zero": 0, "flagged": 0, "failed": 1, "up to date": 0}, out
+    assert "crash" in out and "died twice" in out
+    recorded = comparable(snapshot(course.db_url))["results"]
+    assert sorted(k.split("/")[0] for k in recorded) == ["flaky", "ok-1", "ok-2", "ok-3"]
+    done = subprocess.run(grade_cmd(course, "--workers", "2"), cwd=course.root, env=env, capture_output=True,
+                          text=True, timeout=150)
+    counts = summary_counts(done.stdout + done.stderr)
+    assert counts["up to date"] == 4 and counts["failed"] == 1, counts
