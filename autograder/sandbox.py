@@ -658,7 +658,10 @@ def _build_root(root: str, uid: int, scratch_mb: int) -> None:
     os.makedirs(root + "/scratch", exist_ok=True)
     mount("tmpfs", root + "/scratch", "tmpfs", MS_NOSUID | MS_NODEV,
           f"size={scratch_mb}m,mode=700,uid={uid},gid={uid}")
-    os.symlink("/scratch", root + "/tmp")
+    if not os.path.exists(root + "/tmp"):
+        os.symlink("/scratch", root + "/tmp")
+    # else: a bound path (a checkout or venv under /tmp) already made /tmp a read-only skeleton here;
+    # TMPDIR, HOME and tempfile all point at /scratch, so nothing needs /tmp to be writable.
 
 
 class _UidSlot:
