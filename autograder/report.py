@@ -117,7 +117,8 @@ def _figures(rows, chapters, order) -> dict[str, str]:
                 r = index.get((s, ch))
                 if r is not None:
                     grid[i, j] = _cell_fraction(r, cell, pts)
-        fig, ax = plt.subplots(figsize=(min(30, 2 + 0.3 * len(columns)), min(40, 1.5 + 0.22 * len(students))))
+        fig, ax = plt.subplots(figsize=(min(30, max(6, 2 + 0.3 * len(columns))),
+                                        min(40, max(3, 1.5 + 0.22 * len(students)))))
         cmap = matplotlib.colormaps["RdYlGn"].copy()
         cmap.set_bad("#dddddd")
         ax.imshow(np.ma.masked_invalid(grid), cmap=cmap, vmin=0, vmax=1, aspect="auto", interpolation="nearest")

@@ -48,7 +48,7 @@ def make_course(dest: Path, expected_from: Course | None = None, members=None) -
     if expected_from is None and "run" in _BASELINE:
         expected_from = _BASELINE["run"][0]
     source = expected_from.grading / "expected" if expected_from else REPO.grading / "expected"
-    for table in source.glob(f"{CHAPTER}-*.json"):
+    for table in source.glob(f"*{CHAPTER}-*.json"):  # reference tables and engine profiles
         shutil.copy(table, course.grading / "expected" / table.name)
     for student, nb in (members or class_members(course)).items():
         write(course, student, nb)
