@@ -21,11 +21,12 @@ or ``sandbox`` (record only; the trusted grader decides).
 from __future__ import annotations
 
 import os
+import zlib
 
 from . import verdicts
 from .cells import RECORD_MIME
 from .encoding import decode, encode
-from .runtime import current_chapter
+from .runtime import current_chapter, seed_everything
 
 
 class CheckFailed(AssertionError):
@@ -59,6 +60,11 @@ class Checks:
     def __init__(self, cell_id: str):
         self.cell_id = cell_id
         self._seen: set[str] = set()
+        # Every test cell starts from the same random state, whatever ran (or failed) before it, so the
+        # learner's kernel, stock nbgrader and the reference run all draw identical inputs. (In the
+        # sandbox the grading engine seeds each test cell itself, for the learner and the reference alike.)
+        if os.environ.get("ATTENTION_COURSE_CELL_SEEDING") != "engine":
+            seed_everything(zlib.crc32(cell_id.encode()))
 
     def _run(self, check_id: str, kind: str, got, params: dict, describe: str) -> None:
         if check_id in self._seen:

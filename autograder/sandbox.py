@@ -844,7 +844,9 @@ def _kernel_main(job: dict, root: str, uid: int, go_r: int, res_w: int) -> None:
                        "LANG": "C.UTF-8", "ATTENTION_COURSE_GRADING": job.get("grading_mode", "sandbox"),
                        "ATTENTION_COURSE_DEVICE": "cpu", "MPLBACKEND": "module://matplotlib_inline.backend_inline",
                        "MPLCONFIGDIR": "/scratch/.matplotlib", "IPYTHONDIR": "/scratch/.ipython",
-                       "OMP_NUM_THREADS": "1", "USER": "learner"})
+                       "OMP_NUM_THREADS": "1", "USER": "learner",
+                       # run_cells seeds every graded test cell itself; Checks must not reseed on top
+                       "ATTENTION_COURSE_CELL_SEEDING": "engine"})
     sys.path[:] = [p for p in sys.path if p and os.path.isdir(p)]
     import tempfile
 
