@@ -46,17 +46,23 @@ def execute_reference(notebook: Path, timeout: int = 600, device: str = "cpu", a
     devices (``cuda``, ``meta``) are used by the course's own device tests.
     """
     import nbformat
-    from nbclient import NotebookClient
 
     nb = nbformat.read(notebook, as_version=4)
     nb.cells = [c for c in nb.cells if is_setup(c) or is_solution(c) or is_graded_test(c)]
     env = {"ATTENTION_COURSE_GRADING": "reference", "ATTENTION_COURSE_DEVICE": device}
+    return execute_notebook(nb, env, timeout, allow_errors=allow_errors)
+
+
+def execute_notebook(nb, env: dict, timeout: int = 600, allow_errors: bool = False, record_timing: bool = True):
+    """Run ``nb`` in place in a fresh kernel, in a scratch folder, with ``env`` set for the kernel."""
+    from nbclient import NotebookClient
+
     saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
+    os.environ.update(env)  # the kernel inherits this process's environment
     try:
         with tempfile.TemporaryDirectory() as scratch:
             NotebookClient(nb, timeout=timeout, kernel_name="python3", allow_errors=allow_errors,
-                           resources={"metadata": {"path": scratch}}).execute()
+                           record_timing=record_timing, resources={"metadata": {"path": scratch}}).execute()
     finally:
         for k, v in saved.items():
             if v is None:

@@ -12,7 +12,6 @@ For each chapter:
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
 import subprocess
 import sys
@@ -20,9 +19,9 @@ import tempfile
 from pathlib import Path
 
 import nbformat
-from nbclient import NotebookClient
 
 from attention_course.cells import is_graded_test, is_solution
+from attention_course.expected import execute_notebook
 
 from .course import Course
 
@@ -37,18 +36,7 @@ def execute_source(course: Course, chapter: str, timeout: int = 900) -> nbformat
     nb = nbformat.read(course.source_notebook(chapter), as_version=4)
     env = {"ATTENTION_COURSE_GRADING": "reference", "ATTENTION_COURSE_ROOT": str(course.root),
            "ATTENTION_COURSE_DEVICE": "cpu", "MPLBACKEND": "module://matplotlib_inline.backend_inline"}
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
-        with tempfile.TemporaryDirectory() as scratch:
-            NotebookClient(nb, timeout=timeout, kernel_name="python3", record_timing=False,
-                           resources={"metadata": {"path": scratch}}).execute()
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+    execute_notebook(nb, env, timeout, record_timing=False)
     for cell in nb.cells:
         if cell.cell_type == "code" and (is_graded_test(cell) or is_solution(cell)):
             cell.outputs = []
