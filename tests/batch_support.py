@@ -2,6 +2,7 @@
 copy, the grading command run as instructors run it, and gradebook snapshots to compare runs."""
 from __future__ import annotations
 
+import csv
 import json
 import os
 import shutil
@@ -134,3 +135,13 @@ def cell_max(course: Course) -> dict[str, float]:
 
 __all__ = ["baseline", "CHAPTER", "class_members", "make_course", "write", "run_grade", "grade_cmd", "child_env",
            "summary_counts", "snapshot", "comparable", "cell_max", "db_url"]
+
+
+def nbgrader_export(course: Course, db_url: str, out: Path) -> dict[tuple[str, str], float]:
+    """Run stock `nbgrader export` on a gradebook; {(chapter, student): raw score} from its CSV."""
+    done = subprocess.run([sys.executable, "-m", "nbgrader", "export", f"--db={db_url}", f"--to={out}",
+                           "--log-level=WARN"], env=course.nbgrader_env(), cwd=course.root, capture_output=True,
+                          text=True, timeout=150)
+    assert done.returncode == 0, done.stdout + done.stderr
+    with open(out, newline="") as f:
+        return {(r["assignment"], r["student_id"]): float(r["raw_score"]) for r in csv.DictReader(f)}

@@ -19,7 +19,7 @@ import pytest
 from autograder import submissions
 from autograder.course import Course
 
-from .batch_support import (CHAPTER, baseline, cell_max, child_env, comparable, grade_cmd, make_course, run_grade,
+from .batch_support import (CHAPTER, nbgrader_export, baseline, cell_max, child_env, comparable, grade_cmd, make_course, run_grade,
                             snapshot, summary_counts, write)
 
 N_SUBMISSIONS = 12  # see batch_support.class_members
@@ -120,12 +120,7 @@ def test_csv_feedback_and_report_written(sequential):
 def test_nbgrader_export_reads_the_gradebook(sequential, tmp_path):
     course, snap, _ = sequential
     out = tmp_path / "export.csv"
-    done = subprocess.run([sys.executable, "-m", "nbgrader", "export", f"--db={course.db_url}", f"--to={out}",
-                           "--log-level=WARN"], env=course.nbgrader_env(), cwd=course.root, capture_output=True,
-                          text=True, timeout=150)
-    assert done.returncode == 0, done.stdout + done.stderr
-    with open(out, newline="") as f:
-        exported = {(r["assignment"], r["student_id"]): float(r["raw_score"]) for r in csv.DictReader(f)}
+    exported = nbgrader_export(course, course.db_url, out)
     for key, r in snap["results"].items():
         student, chapter = key.split("/")
         assert exported[(chapter, student)] == r["score"], key

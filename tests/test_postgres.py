@@ -4,7 +4,6 @@ fails, not skips, when it cannot be had) runs as an unprivileged user from a tem
 each), the result equals sequential grading into SQLite, and ``nbgrader export`` reads it."""
 from __future__ import annotations
 
-import csv
 import glob
 import os
 import pwd
@@ -12,13 +11,12 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
 import pytest
 
-from .batch_support import (CHAPTER, baseline, child_env, comparable, grade_cmd, make_course, run_grade, snapshot,
+from .batch_support import (CHAPTER, nbgrader_export, baseline, child_env, comparable, grade_cmd, make_course, run_grade, snapshot,
                             summary_counts)
 
 PG_USER = "nobody"  # initdb and postgres refuse to run as root
@@ -114,12 +112,7 @@ def test_concurrent_runs_into_postgresql(postgres, tmp_path_factory):
     assert counts["up to date"] == len(students) and counts["graded"] + counts["zero"] == 0, counts
 
     out = course.root / "export.csv"
-    done = subprocess.run([sys.executable, "-m", "nbgrader", "export", f"--db={postgres}", f"--to={out}",
-                           "--log-level=WARN"], env=course.nbgrader_env(), cwd=course.root, capture_output=True,
-                          text=True, timeout=150)
-    assert done.returncode == 0, done.stdout + done.stderr
-    with open(out, newline="") as f:
-        exported = {(r["assignment"], r["student_id"]): float(r["raw_score"]) for r in csv.DictReader(f)}
+    exported = nbgrader_export(course, postgres, out)
     for key, r in sequential["results"].items():
         student, chapter = key.split("/")
         assert chapter == CHAPTER and exported[(chapter, student)] == r["score"], key
