@@ -5,21 +5,31 @@ import matplotlib.pyplot as plt
 from matplotlib.ticker import MaxNLocator
 
 
-def show_heatmaps(matrices, titles=None, xlabel="keys", ylabel="queries", cmap="Reds", figsize_per=2.8):
-    """Draw a row of attention-weight heatmaps.
+def show_heatmaps(matrices, titles=None, xlabel="keys", ylabel="queries", cmap="Reds", figsize_per=2.8,
+                  shared_scale=True, vmax=None, suptitle=None):
+    """Draw a row of attention-weight heatmaps whose colours tell the truth.
 
     Args:
         matrices: a tensor or array of shape (n, rows, cols), one heatmap each (on any device).
         titles: optional list of n titles.
+        shared_scale: True (default) puts every panel on one colour scale, 0 .. ``vmax``, with one
+            colour bar, so equal colours mean equal weights across panels. False gives each panel its
+            own scale *and its own colour bar* (for panels whose ranges differ by orders of magnitude).
+        vmax: the top of the shared scale; default the largest entry over all panels.
     """
+    import numpy as np
     import torch
 
     if torch.is_tensor(matrices):
-        matrices = matrices.detach().cpu().numpy()
+        matrices = matrices.detach().float().cpu().numpy()
+    matrices = np.asarray(matrices, dtype=float)
     n = len(matrices)
-    fig, axes = plt.subplots(1, n, figsize=(figsize_per * n + 0.8, figsize_per), squeeze=False)
+    top = float(vmax) if vmax is not None else max(float(matrices.max()), 1e-12)
+    fig, axes = plt.subplots(1, n, figsize=(figsize_per * n + 0.8, figsize_per), squeeze=False,
+                             constrained_layout=True)
     for i, ax in enumerate(axes[0]):
-        image = ax.imshow(matrices[i], cmap=cmap, vmin=0.0, vmax=max(float(matrices[i].max()), 1e-12))
+        panel_top = top if shared_scale else max(float(matrices[i].max()), 1e-12)
+        image = ax.imshow(matrices[i], cmap=cmap, vmin=0.0, vmax=panel_top)
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # rows and columns are positions
         ax.yaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_xlabel(xlabel)
@@ -27,5 +37,11 @@ def show_heatmaps(matrices, titles=None, xlabel="keys", ylabel="queries", cmap="
             ax.set_ylabel(ylabel)
         if titles:
             ax.set_title(titles[i])
-    fig.colorbar(image, ax=axes[0].tolist(), shrink=0.8)
+        if not shared_scale:
+            fig.colorbar(image, ax=ax, shrink=0.8)
+    if shared_scale:
+        # One scale for every panel, so one bar describes them all.
+        fig.colorbar(image, ax=axes[0].tolist(), shrink=0.8)
+    if suptitle:
+        fig.suptitle(suptitle)
     plt.show()

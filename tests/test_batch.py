@@ -16,6 +16,8 @@ import time
 import psutil
 import pytest
 
+pytestmark = pytest.mark.sandbox
+
 from autograder import submissions
 from autograder.course import Course
 

@@ -10,6 +10,8 @@ import threading
 from pathlib import Path
 
 import pytest
+
+pytestmark = pytest.mark.services
 import yaml
 
 from .browser import Browser

@@ -35,11 +35,13 @@ def graded(tmp_path_factory):
     return grade
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("chapter", CHAPTERS)
 def test_catalogue_is_large_enough(chapter):
     assert len(submissions.load_mistakes(COURSE, chapter)) >= 6, "each chapter catalogues at least 6 mistakes"
 
 
+@pytest.mark.notebooks
 @pytest.mark.parametrize("chapter", CHAPTERS)
 def test_reference_scores_full_marks(graded, chapter):
     scores = cell_scores(graded(chapter), chapter, "reference")
@@ -47,6 +49,7 @@ def test_reference_scores_full_marks(graded, chapter):
     assert scores and not lost, f"the reference loses points in {lost}"
 
 
+@pytest.mark.notebooks
 @pytest.mark.parametrize("chapter", CHAPTERS)
 def test_blank_release_scores_zero(graded, chapter):
     scores = cell_scores(graded(chapter), chapter, "blank")
@@ -54,6 +57,7 @@ def test_blank_release_scores_zero(graded, chapter):
     assert scores and not earned, f"the blank release earns points in {earned}"
 
 
+@pytest.mark.notebooks
 @pytest.mark.parametrize("chapter,mistake_id", CASES)
 def test_mistake_loses_points(graded, chapter, mistake_id):
     course = graded(chapter)

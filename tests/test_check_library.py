@@ -7,6 +7,8 @@ import math
 
 import numpy as np
 import pytest
+
+pytestmark = pytest.mark.unit
 import torch
 
 from attention_course import verdicts

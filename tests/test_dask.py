@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.services
+
 from .batch_support import baseline, child_env, comparable, make_course, run_grade, snapshot, summary_counts
 
 DASK = str(Path(sys.executable).with_name("dask"))

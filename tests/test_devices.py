@@ -10,6 +10,8 @@ reference run also happens on the GPU and must match the CPU expectations.
 from __future__ import annotations
 
 import pytest
+
+pytestmark = pytest.mark.notebooks
 import torch
 
 from attention_course import verdicts

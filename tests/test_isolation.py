@@ -151,12 +151,14 @@ def _outputs_text(result: dict) -> str:
     return json.dumps([o for c in nb["cells"] for o in c.get("outputs", [])])
 
 
+@pytest.mark.unit
 @pytest.mark.timeout(60)
 def test_corpus_has_at_least_20_cases():
     assert len(CASES) >= 20
     assert len({c.name for c in CASES}) == len(CASES)
 
 
+@pytest.mark.sandbox
 @pytest.mark.timeout(400)
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_hostile_notebook(batch, case):
@@ -191,6 +193,7 @@ def test_hostile_notebook(batch, case):
         nbformat.validate(nbformat.from_dict(r["executed_notebook"]))
 
 
+@pytest.mark.sandbox
 @pytest.mark.timeout(400)
 def test_wrong_answer_feedback_names_symptoms_without_leaking(batch):
     source = nbformat.read(COURSE.source_notebook(CHAPTER), as_version=4)
@@ -231,6 +234,7 @@ def _grade(course, engine, student, chapter, nb):
     return engine.grade(chapter, path, student)
 
 
+@pytest.mark.sandbox
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("chapter", CHAPTERS)
 def test_reference_full_marks_and_blank_zero(course_engine, chapter):
@@ -244,6 +248,7 @@ def test_reference_full_marks_and_blank_zero(course_engine, chapter):
     assert blank["score"] == 0 and all(not c["passed"] for c in blank["cells"].values())
 
 
+@pytest.mark.sandbox
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("mistake_id", MISTAKES)
 def test_catalogued_mistake_loses_points(course_engine, mistake_id):
@@ -304,6 +309,7 @@ def _synthetic_course(root: Path) -> Course:
     return Course(root)
 
 
+@pytest.mark.sandbox
 @pytest.mark.timeout(120)
 def test_self_consistency_sites_keep_their_expected_value_in_the_kernel(tmp_path):
     course = _synthetic_course(tmp_path)
@@ -335,6 +341,7 @@ def test_self_consistency_sites_keep_their_expected_value_in_the_kernel(tmp_path
 # -- pieces that need no sandbox ------------------------------------------------------------------------
 
 
+@pytest.mark.unit
 @pytest.mark.timeout(60)
 def test_rewritten_test_cells_hold_no_expected_values():
     source = nbformat.read(COURSE.source_notebook(CHAPTER), as_version=4)
@@ -353,6 +360,7 @@ def test_rewritten_test_cells_hold_no_expected_values():
         trusted.rewrite_test_cell("check = Checks('x')\nhelper(check)\ncheck.close('a', 1, 1)", "grade")
 
 
+@pytest.mark.unit
 @pytest.mark.timeout(60)
 def test_structure_repair_restores_and_flags():
     source = nbformat.read(COURSE.source_notebook(CHAPTER), as_version=4)
@@ -376,6 +384,7 @@ def test_structure_repair_restores_and_flags():
     assert "test_bonus" not in fixed.tests
 
 
+@pytest.mark.unit
 @pytest.mark.timeout(60)
 def test_unusable_files_get_a_reason(tmp_path):
     cases = {"wrong.ipynb": (b"{}", "wrong file name"), f"{CHAPTER}.ipynb": (b"  \n", "empty file")}

@@ -8,6 +8,8 @@ import sys
 
 import pytest
 
+pytestmark = pytest.mark.notebooks
+
 from autograder import submissions
 from autograder.course import Course
 

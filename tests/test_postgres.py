@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.services
+
 from .batch_support import (CHAPTER, nbgrader_export, baseline, child_env, comparable, grade_cmd, make_course, run_grade, snapshot,
                             summary_counts)
 

@@ -17,6 +17,7 @@ COURSE = Course()
 CHAPTERS = COURSE.chapters()
 
 
+@pytest.mark.unit
 def test_every_chapter_is_released_and_in_the_book():
     toc = yaml.safe_load((COURSE.root / "_toc.yml").read_text())
     files = {entry["file"] for part in toc["parts"] for entry in part["chapters"]}
@@ -26,6 +27,7 @@ def test_every_chapter_is_released_and_in_the_book():
         assert f"chapters/{chapter}/{chapter}" in files, f"{chapter} is missing from _toc.yml"
 
 
+@pytest.mark.notebooks
 @pytest.mark.parametrize("chapter", CHAPTERS)
 def test_release_equals_fresh_regeneration(chapter, tmp_path):
     fresh = generate(COURSE, chapter, tmp_path / "release", f"sqlite:///{tmp_path / 'gradebook.db'}")
@@ -47,6 +49,7 @@ def _split_lines(source: str) -> tuple[list[str], list[str]]:
     return hidden, shown
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("chapter", CHAPTERS)
 def test_release_holds_no_solution_or_hidden_test(chapter):
     release_text = COURSE.release_notebook(chapter).read_text()
@@ -67,6 +70,7 @@ def test_release_holds_no_solution_or_hidden_test(chapter):
     assert not leaked, f"answer or hidden-test lines leaked into the release: {sorted(leaked)}"
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("chapter", CHAPTERS)
 def test_source_follows_the_graded_cell_format(chapter):
     """Every graded test cell has a stable grade_id, explicit points, a docstring and uses our checks."""
