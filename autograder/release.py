@@ -68,6 +68,8 @@ def generate(course: Course, chapter: str, out_dir: Path, db_url: str) -> Path:
                                            "generator": "python -m autograder release"}
         note = nbformat.v4.new_markdown_cell(GENERATED_NOTE.format(chapter=chapter))
         note.id = "generated-note"
+        # For maintainers who open the file, not for readers: Jupyter Book drops cells tagged remove-cell.
+        note.metadata["tags"] = ["remove-cell"]
         nb.cells.append(note)
         dest = Path(out_dir) / chapter
         if dest.exists():

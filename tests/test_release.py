@@ -56,6 +56,7 @@ def test_release_holds_no_solution_or_hidden_test(chapter):
     nb = nbformat.read(COURSE.release_notebook(chapter), as_version=4)
     assert nb.metadata["attention_course"]["generated_from"] == f"solutions/{chapter}/{chapter}.ipynb"
     assert "generated from" in nb.cells[-1].source
+    assert "remove-cell" in nb.cells[-1].metadata.get("tags", []), "the maintainer note must not render in the book"
     for marker in ("BEGIN SOLUTION", "END SOLUTION", "BEGIN HIDDEN TESTS", "matches_reference"):
         assert marker not in release_text, f"{marker!r} leaked into the release"
     source = nbformat.read(COURSE.source_notebook(chapter), as_version=4)
