@@ -25,6 +25,9 @@ def pytest_collection_modifyitems(config, items):
         kinds = sorted({m.name for m in item.iter_markers() if m.name in KINDS})
         if len(kinds) != 1:
             wrong.append(f"{item.nodeid}: {kinds or 'none'}")
+        elif kinds[0] in ("notebooks", "sandbox"):
+            # The caches must exist before any course copy is made (copies take what is there).
+            item.fixturenames[:0] = ["engine_profiles" if kinds[0] == "sandbox" else "stock_expected"]
     if wrong:
         raise pytest.UsageError("every test needs exactly one of the markers " + ", ".join(KINDS)
                                 + ":\n  " + "\n  ".join(wrong))
@@ -33,3 +36,54 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture(scope="session")
 def repo_root() -> Path:
     return ROOT
+
+
+# -- one reference run per chapter per suite ------------------------------------------------------------------
+# Stock nbgrader's kernels look expected values up in grading/expected/<chapter>-<hash>.json and the engine in
+# grading/expected/isolation-<chapter>-<hash>.json (both keyed by the source's hash, git-ignored). Building them
+# once, in the repository, lets every throwaway course copy reuse them instead of re-running the reference.
+
+
+def _build_in_parallel(fn, chapters):
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=2) as pool:  # the builds are subprocesses: two cores, two at a time
+        list(pool.map(fn, chapters))
+
+
+@pytest.fixture(scope="session")
+def stock_expected():
+    """The reference tables stock nbgrader's kernels read, built once for every chapter."""
+    from attention_course.expected import build_expected
+    from autograder.course import Course
+
+    course = Course()
+    _build_in_parallel(lambda ch: build_expected(course.root, ch), course.chapters())
+    return course.grading / "expected"
+
+
+@pytest.fixture(scope="session")
+def engine_profiles(stock_expected):
+    """The engine's reference profiles, built once for every chapter (one warm engine)."""
+    from autograder.course import Course
+    from autograder.isolation import Engine
+
+    course = Course()
+    with Engine(course.root) as engine:
+        missing = engine.missing_capabilities()
+        if missing:
+            pytest.fail(f"isolated grading is not available on this machine: missing {', '.join(missing)}")
+        for chapter in course.chapters():
+            engine.profile(chapter)
+    return course.grading / "expected"
+
+
+def copy_reference_cache(course_root: Path) -> None:
+    """Give a throwaway course copy the repository's cached reference tables and profiles."""
+    import shutil
+
+    src = ROOT / "grading" / "expected"
+    dest = Path(course_root) / "grading" / "expected"
+    dest.mkdir(parents=True, exist_ok=True)
+    for p in src.glob("*.json"):
+        shutil.copy(p, dest / p.name)
