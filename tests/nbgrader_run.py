@@ -14,8 +14,11 @@ from autograder.course import Course
 
 def prepare_course(tmp: Path, chapter: str) -> Course:
     """Copy the course and register ``chapter`` in a fresh gradebook, as an instructor's release would."""
+    from .conftest import copy_reference_cache
+
     course = Course().copy_to(tmp)
     course.grading.mkdir(exist_ok=True)
+    copy_reference_cache(course.root)  # the kernels look expected values up instead of re-running the reference
     run_nbgrader(course, ["generate_assignment", chapter, "--force",
                           f"--CourseDirectory.release_directory={tmp / 'release_scratch'}"])
     return course

@@ -1,6 +1,5 @@
 """The isolated grading engine (autograder.isolation) against hostile and broken notebooks, and against the
-course itself: every chapter's reference scores full marks and its blank release zero, and every catalogued
-mistake of chapter 3 loses points.
+course (every chapter's reference, blank and catalogue: tests/test_catalogues.py).
 
 The hostile corpus (tests/hostile/cases.py) is graded as one batch through one Engine with small limits
 (cell 5 s, notebook 20 s, 1.5 GB, 64 processes, 5 MB of output) in a throwaway copy of the course that also
@@ -216,51 +215,6 @@ def test_wrong_answer_feedback_names_symptoms_without_leaking(batch):
         r["cells"]["test_sdpa_hidden"]["messages"]
     page = feedback_html(r)
     assert "test_sdpa_hidden" in page and "failed" in page and "19 / 27" in page
-
-
-# -- the course through the engine ------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def course_engine(tmp_path_factory):
-    course = _course_copy(tmp_path_factory.mktemp("course"))
-    with Engine(course.root, Limits(cell_timeout_s=120, notebook_timeout_s=300, memory_mb=2048)) as engine:
-        _require_isolation(engine)
-        yield course, engine
-
-
-def _grade(course, engine, student, chapter, nb):
-    path = submissions.write_submission(course, student, chapter, nb)
-    return engine.grade(chapter, path, student)
-
-
-@pytest.mark.sandbox
-@pytest.mark.timeout(300)
-@pytest.mark.parametrize("chapter", CHAPTERS)
-def test_reference_full_marks_and_blank_zero(course_engine, chapter):
-    course, engine = course_engine
-    ref = _grade(course, engine, "reference", chapter, submissions.reference(course, chapter))
-    lost = {g: c["messages"] for g, c in ref["cells"].items() if not c["passed"]}
-    assert ref["status"] == "graded" and not lost and ref["flags"] == [], (ref["reason"], lost, ref["flags"])
-    assert ref["score"] == ref["max_score"] > 0
-    blank = _grade(course, engine, "blank", chapter, submissions.blank(course, chapter))
-    assert blank["status"] == "graded" and blank["flags"] == [], (blank["reason"], blank["flags"])
-    assert blank["score"] == 0 and all(not c["passed"] for c in blank["cells"].values())
-
-
-@pytest.mark.sandbox
-@pytest.mark.timeout(300)
-@pytest.mark.parametrize("mistake_id", MISTAKES)
-def test_catalogued_mistake_loses_points(course_engine, mistake_id):
-    course, engine = course_engine
-    mistake = next(m for m in submissions.load_mistakes(course, CHAPTER) if m.id == mistake_id)
-    r = _grade(course, engine, f"mistake-{mistake_id}", CHAPTER, submissions.with_mistake(course, CHAPTER, mistake))
-    assert r["status"] == "graded"
-    assert r["score"] < r["max_score"], f"{mistake.what}: still full marks"
-    for cell in mistake.fails:
-        assert r["cells"][cell]["score"] == 0, f"{mistake.what}: {cell} should score 0"
-    messages = " | ".join(m for cell in mistake.fails for m in r["cells"][cell]["messages"])
-    assert mistake.symptom.lower() in messages.lower(), (mistake.symptom, messages)
 
 
 # -- self-consistency checks: a synthetic chapter whose expected value depends on the run ----------------

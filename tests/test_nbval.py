@@ -1,5 +1,13 @@
-"""A learner's self-check: a completed release passes ``pytest --nbval`` against the reference outputs stored
-in it. (That the solution sources run clean, on another CPU kernel path too, is tests/test_machine_independence.py.)"""
+"""Every stored output is the same on any CPU: a learner's ``pytest --nbval`` self-check of a completed notebook
+passes on their machine.
+
+The release stores the outputs of a run with the machine's best CPU kernels and all its threads; tests/test_release.py
+regenerates it that way and compares every text output (naming the cell that differs). Here the completed release
+(the learner's notebook with the reference answers) runs under nbval on torch's generic kernels
+(``ATEN_CPU_CAPABILITY=default``, as an older CPU would) with one thread, and nbval compares every stored output
+(naming the cell that differs). Together: two kernel paths, one and two threads. A probe cell proves the kernel
+really ran that way. Only outputs tagged ``nbval-ignore-output`` (random values, timings) are exempt.
+"""
 from __future__ import annotations
 
 import os
@@ -16,10 +24,11 @@ pytestmark = pytest.mark.notebooks
 
 COURSE = Course()
 CHAPTERS = COURSE.chapters()
+GENERIC_ONE_THREAD = {"ATEN_CPU_CAPABILITY": "default", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
 
-def _nbval(path, cwd) -> subprocess.CompletedProcess:
-    env = dict(os.environ, ATTENTION_COURSE_DEVICE="cpu", ATTENTION_COURSE_ROOT=str(COURSE.root))
+def _nbval(path, cwd, extra_env) -> subprocess.CompletedProcess:
+    env = dict(os.environ, ATTENTION_COURSE_DEVICE="cpu", ATTENTION_COURSE_ROOT=str(COURSE.root), **extra_env)
     env.pop("ATTENTION_COURSE_GRADING", None)
     env.pop("MPLBACKEND", None)  # notebooks draw inline, as they do for a learner
     return subprocess.run([sys.executable, "-m", "pytest", "--nbval", "-q", "-p", "no:cacheprovider",
@@ -27,9 +36,20 @@ def _nbval(path, cwd) -> subprocess.CompletedProcess:
                           cwd=cwd, env=env, capture_output=True, text=True, timeout=900)
 
 
+def _probe_cell():
+    """A cell whose stored output nbval checks: the kernel runs torch's generic kernels on one thread."""
+    cell = nbformat.v4.new_code_cell("import torch\nprint(torch.get_num_threads(), torch.backends.cpu.get_cpu_capability())")
+    cell.execution_count = 1  # nbval checks only cells that have run
+    cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text="1 DEFAULT\n")]
+    return cell
+
+
+@pytest.mark.timeout(900)
 @pytest.mark.parametrize("chapter", CHAPTERS)
-def test_completed_release_matches_stored_reference_outputs(chapter, tmp_path):
-    completed = tmp_path / f"{chapter}.ipynb"
-    nbformat.write(submissions.reference(COURSE, chapter), completed)
-    done = _nbval(completed, tmp_path)
+def test_completed_release_matches_stored_outputs_on_generic_kernels_one_thread(chapter, tmp_path):
+    completed = submissions.reference(COURSE, chapter)
+    completed.cells.insert(1, _probe_cell())
+    path = tmp_path / f"{chapter}.ipynb"
+    nbformat.write(completed, path)
+    done = _nbval(path, tmp_path, GENERIC_ONE_THREAD)
     assert done.returncode == 0, done.stdout[-4000:]
