@@ -5,4 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install.sh
 bash scripts/install_test_deps.sh
-.venv/bin/python -m pytest tests "$@"
+# One pytest worker per core (at most 4); whole files go to one worker so module fixtures (a warm engine, a
+# graded class, the built book) are built once.
+workers=$(nproc); [ "$workers" -gt 4 ] && workers=4
+.venv/bin/python -m pytest tests -n "$workers" --dist loadfile "$@"

@@ -44,6 +44,22 @@ def repo_root() -> Path:
 # once, in the repository, lets every throwaway course copy reuse them instead of re-running the reference.
 
 
+class _BuildLock:
+    """One builder at a time across pytest-xdist workers: the second finds the caches built and reuses them."""
+
+    def __enter__(self):
+        import fcntl
+
+        path = ROOT / "grading" / ".reference-build.lock"
+        path.parent.mkdir(exist_ok=True)
+        self.fh = open(path, "w")
+        fcntl.flock(self.fh, fcntl.LOCK_EX)
+        return self
+
+    def __exit__(self, *exc):
+        self.fh.close()  # releases the lock
+
+
 def _build_in_parallel(fn, chapters):
     from concurrent.futures import ThreadPoolExecutor
 
@@ -58,7 +74,8 @@ def stock_expected():
     from autograder.course import Course
 
     course = Course()
-    _build_in_parallel(lambda ch: build_expected(course.root, ch), course.chapters())
+    with _BuildLock():
+        _build_in_parallel(lambda ch: build_expected(course.root, ch), course.chapters())
     return course.grading / "expected"
 
 
@@ -69,7 +86,7 @@ def engine_profiles(stock_expected):
     from autograder.isolation import Engine
 
     course = Course()
-    with Engine(course.root) as engine:
+    with _BuildLock(), Engine(course.root) as engine:
         missing = engine.missing_capabilities()
         if missing:
             pytest.fail(f"isolated grading is not available on this machine: missing {', '.join(missing)}")
