@@ -2,7 +2,7 @@
 passes on their machine.
 
 The release stores the outputs of a run with the machine's best CPU kernels and all its threads; tests/test_release.py
-regenerates it that way and compares every text output (naming the cell that differs). Here the completed release
+regenerates it (best kernels, two threads) and compares every text output (naming the cell that differs). Here the completed release
 (the learner's notebook with the reference answers) runs under nbval on torch's generic kernels
 (``ATEN_CPU_CAPABILITY=default``, as an older CPU would) with one thread, and nbval compares every stored output
 (naming the cell that differs). Together: two kernel paths, one and two threads. A probe cell proves the kernel

@@ -29,12 +29,16 @@ def test_every_chapter_is_released_and_in_the_book():
 
 @pytest.mark.notebooks
 @pytest.mark.parametrize("chapter", CHAPTERS)
-def test_release_equals_fresh_regeneration(chapter, tmp_path):
+def test_release_equals_fresh_regeneration(chapter, tmp_path, monkeypatch):
+    # The machine's best CPU kernels on two threads: tests/test_nbval.py runs the generic kernels on one.
+    monkeypatch.delenv("ATEN_CPU_CAPABILITY", raising=False)
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    monkeypatch.setenv("MKL_NUM_THREADS", "2")
     fresh = generate(COURSE, chapter, tmp_path / "release", f"sqlite:///{tmp_path / 'gradebook.db'}")
     committed = COURSE.release_notebook(chapter)
     now, stored = comparable(fresh), comparable(committed)
     # This run is also the "machine's best CPU kernels, default threads" half of the machine-independence
-    # proof (tests/test_machine_independence.py runs the other half), so name the cell that differs.
+    # proof (tests/test_nbval.py runs the other half), so name the cell that differs.
     assert now == stored, (f"chapters/{chapter} differs from a fresh regeneration on this machine: "
                            f"{first_difference(now, stored)}\n(if the source changed: run "
                            f"`python -m autograder release {chapter}` and commit; if only a printed number "
