@@ -69,7 +69,7 @@ def test_scores_flags_and_zero(sequential):
         messages = " ".join(msg for cell in m.fails for msg in r["cells"][cell]["messages"])
         assert m.symptom.lower() in messages.lower(), f"{m.what}: no verdict message mentions {m.symptom!r}: {messages}"
     assert results["tampered"]["flags"], "editing a graded test cell must be flagged"
-    for student, reason in (("broken", "malformed JSON"), ("renamed", "wrong file name"),
+    for student, reason in (("broken", "malformed JSON"), ("renamed", f"wrong file name: expected {CHAPTER}.ipynb"),
                             ("nothing", "no notebook submitted")):
         r = results[student]
         assert r["status"] == "zero" and r["score"] == 0 and reason in r["reason"], r
