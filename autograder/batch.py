@@ -140,6 +140,60 @@ def submission_key(task: Task, source_bytes: bytes, code_hash: str, limits_repr:
                 path.name.encode(), source_bytes, content)[:40]
 
 
+def recorded_keys(db_url: str) -> dict[tuple[str, str], str] | None:
+    """{(student, chapter): key} of every notebook recorded in full, read from a SQLite gradebook with the
+    standard library only (no nbgrader/SQLAlchemy import: a run with nothing to do must cost almost
+    nothing). Same rule as GradebookWriter.done_keys: our row and nbgrader's submission row. {} when the
+    gradebook does not exist yet; None when it is not SQLite (the writer answers then)."""
+    import sqlite3
+    from urllib.parse import unquote
+
+    if not db_url.startswith("sqlite:///"):
+        return None
+    path = Path(unquote(db_url[len("sqlite:///"):].split("?", 1)[0]))
+    if str(path) in ("", ":memory:"):
+        return None
+    if not path.is_file():
+        return {}
+    try:
+        con = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=60)
+        try:
+            rows = con.execute(
+                "SELECT r.student, r.chapter, r.key FROM autograder_result AS r "
+                "JOIN assignment AS a ON a.name = r.chapter "
+                "JOIN submitted_assignment AS s ON s.assignment_id = a.id AND s.student_id = r.student").fetchall()
+        finally:
+            con.close()
+    except sqlite3.OperationalError as err:
+        if "no such table" in str(err):
+            return {}
+        return None  # locked for longer than the timeout, or something else: let the writer decide
+    return {(st, ch): key for st, ch, key in rows}
+
+
+def outputs_digest(done: dict[tuple[str, str], str]) -> str:
+    """What grades.csv, grades_by_exercise.csv and the class report were last written from."""
+    return _sha(*(f"{st}\0{ch}\0{key}".encode() for (st, ch), key in sorted(done.items())))
+
+
+OUTPUTS_STATE = ".outputs-state.json"
+
+
+def outputs_current(course: Course, done: dict[tuple[str, str], str], report: bool) -> bool:
+    state = course.grading / OUTPUTS_STATE
+    wanted = [course.grading / "grades.csv", course.grading / "grades_by_exercise.csv"]
+    if report:
+        from .report import REPORT_NAME
+
+        wanted.append(course.grading / "reports" / REPORT_NAME)
+    try:
+        recorded = json.loads(state.read_text())
+    except (OSError, ValueError):
+        return False
+    return (all(p.is_file() for p in wanted) and recorded.get("digest") == outputs_digest(done)
+            and (recorded.get("report") or not report))
+
+
 def failed_result(task: Task, reason: str) -> dict:
     return {"student": task.student, "chapter": task.chapter, "status": "failed", "reason": reason,
             "flags": [], "score": 0.0, "max_score": 0.0, "cells": {}, "executed_notebook": None, "seconds": 0.0}
@@ -328,6 +382,7 @@ class LocalBackend:
         self.ctx = mp.get_context("spawn")
         self.max_restarts = max_restarts
         self.procs: list = []
+        self.started = 0  # worker processes started in all (a run with nothing to grade starts none)
 
     def describe(self, tasks: int) -> str:
         return f"with {min(self.n, max(1, tasks))} worker process(es)"
@@ -339,6 +394,7 @@ class LocalBackend:
         child.close()
         w = {"proc": proc, "conn": parent, "task": None, "closing": False, "idle": False}
         self.procs.append(w)
+        self.started += 1
         return w
 
     def _retire(self, w):
@@ -365,31 +421,47 @@ class LocalBackend:
                 w["proc"].join(max(0.0, deadline - time.monotonic()))
             self._retire(w)
 
-    def _await(self, w, kind: str):
-        while True:
-            try:
-                k, payload = w["conn"].recv()
-            except (EOFError, OSError):
-                raise RuntimeError("a grading worker died while starting (see the messages above)") from None
-            if k == "fatal":
-                raise RuntimeError("the grading engine failed to start:\n" + payload)
-            if k == kind:
-                return payload
-
     def prepare(self, chapters: list[str]) -> None:
-        """One worker builds the engine's per-chapter caches (reference profiles) before anyone grades."""
-        if not chapters:
+        """The engine's per-chapter caches (reference profiles) before anyone grades: each chapter by one
+        worker, different chapters on different workers as they become ready (a cached profile is a file
+        read; a cold one runs the reference twice)."""
+        pending = list(chapters)
+        if not pending:
             return
         self.start(1)
-        w = self.procs[0]
-        if not w["idle"]:
-            self._await(w, "ready")
-        for chapter in chapters:
+        busy: dict[int, str] = {}
+
+        def dispatch(w) -> None:
+            chapter = pending.pop(0)
+            w["idle"] = False
             w["conn"].send({"op": "prepare", "chapter": chapter})
-            error = self._await(w, "prepared")
-            if error:
-                raise RuntimeError(f"the grading engine could not prepare {chapter}:\n{error}")
-        w["idle"] = True
+            busy[id(w)] = chapter
+
+        while pending or busy:
+            for w in self.procs:
+                if w["idle"] and pending:
+                    dispatch(w)
+            # busy workers, and (while chapters are left) workers still starting, whose next word is "ready"
+            watch = [w for w in self.procs if id(w) in busy or (pending and not w["idle"])]
+            if not watch:
+                raise RuntimeError("all grading workers died")
+            conns = {w["conn"]: w for w in watch}
+            sentinels = {w["proc"].sentinel: w for w in watch}
+            for ready in mp.connection.wait([*conns, *sentinels]):
+                w = conns.get(ready) or sentinels[ready]
+                try:
+                    if ready is not w["conn"] and not w["conn"].poll():
+                        raise EOFError
+                    kind, payload = w["conn"].recv()
+                except (EOFError, OSError):
+                    raise RuntimeError("a grading worker died while preparing (see the messages above)") from None
+                if kind == "fatal":
+                    raise RuntimeError("the grading engine failed to start:\n" + payload)
+                if kind == "prepared":
+                    chapter = busy.pop(id(w))
+                    if payload:
+                        raise RuntimeError(f"the grading engine could not prepare {chapter}:\n{payload}")
+                w["idle"] = True  # "ready" or "prepared": waiting for work
 
     def run(self, tasks: list[Task]):
         pending = list(reversed(tasks))
@@ -571,15 +643,34 @@ class Summary:
     failed: int = 0
     seconds: float = 0.0
     failures: list = field(default_factory=list)
+    profile_seconds: float = 0.0  # the one-time reference profiles (per chapter; cached on disk)
+    first_result_seconds: float | None = None  # from the start of the run to the first graded notebook
+    workers_started: int = 0
+    # Seconds spent per stage, summed over notebooks (engine stages when the engine reports them, see
+    # Engine.grade's result["timings"]) and once-per-run stages (csv, report).
+    stages: dict = field(default_factory=dict)
 
     @property
     def processed(self) -> int:
         return self.graded + self.zero + self.failed
 
+    def add_stage(self, name: str, seconds: float) -> None:
+        self.stages[name] = self.stages.get(name, 0.0) + float(seconds)
+
     def line(self) -> str:
         per = f", {self.seconds / self.processed:.2f} s per notebook" if self.processed else ""
+        extra = ""
+        if self.processed:
+            extra = f"; reference profiles {self.profile_seconds:.1f} s"
+            if self.first_result_seconds is not None:
+                extra += f", first notebook graded {self.first_result_seconds:.1f} s after the start"
         return (f"{self.submissions} submissions: {self.graded} graded, {self.zero} zero, {self.flagged} flagged, "
-                f"{self.failed} failed, {self.up_to_date} already up to date; {self.seconds:.1f} s{per}")
+                f"{self.failed} failed, {self.up_to_date} already up to date; {self.seconds:.1f} s{per}{extra}")
+
+    def to_json(self) -> dict:
+        data = asdict(self)
+        data["processed"] = self.processed
+        return data
 
 
 def _write_atomic(path: Path, data: str) -> None:
@@ -593,15 +684,20 @@ def _write_atomic_bytes(path: Path, data: bytes) -> None:
     os.replace(tmp, path)
 
 
-def write_outputs(course: Course, result: dict) -> None:
+def write_outputs(course: Course, result: dict, summary: Summary | None = None) -> None:
     """The executed notebook (for formgrader) and the learner's feedback page."""
     student, chapter = result["student"], result["chapter"]
+    t0 = time.perf_counter()
     if result.get("executed_notebook"):
         _write_atomic(course.grading / "autograded" / student / chapter / f"{chapter}.ipynb",
                       json.dumps(result["executed_notebook"], indent=1, ensure_ascii=False))
+    t1 = time.perf_counter()
     feedback_html = getattr(importlib.import_module(engine_module_name()), "feedback_html", None)
     if feedback_html is not None:
         _write_atomic(course.grading / "feedback" / student / chapter / f"{chapter}.html", feedback_html(result))
+    if summary is not None:
+        summary.add_stage("executed notebook write", t1 - t0)
+        summary.add_stage("feedback html", time.perf_counter() - t1)
 
 
 def write_csv(course: Course, rows: list[dict]) -> tuple[Path, Path]:
@@ -632,6 +728,11 @@ def grade(course: Course, chapters: list[str] | None = None, *, workers: int | N
           scheduler: str | None = None, db_url: str | None = None, force: bool = False,
           submitted: Path | None = None, limits: dict | None = None, progress: bool = True,
           report: bool = True, log=print) -> Summary:
+    """Grade what needs grading. The decision comes first and is cheap: every submission's key (a hash of
+    its bytes, its chapter's source, the grading code and the limits) against the keys recorded in the
+    gradebook. Only when something is left are workers started (they import torch and start a sandbox
+    zygote) and nbgrader imported; with nothing left and the CSVs and report written from exactly the
+    recorded results, the run ends there."""
     started = time.perf_counter()
     all_chapters = course.chapters()
     chapters = list(chapters or all_chapters)
@@ -645,28 +746,51 @@ def grade(course: Course, chapters: list[str] | None = None, *, workers: int | N
 
     tasks = discover(submitted, chapters)
     summary = Summary(submissions=len(tasks))
+    # The engine's defaults are part of its code (hashed); only overrides need to enter the key.
+    code_hash = grading_code_hash()
+    limits_repr = json.dumps(limits, sort_keys=True)
+    sources = {ch: course.source_notebook(ch).read_bytes() for ch in chapters}
+    for task in tasks:
+        task.key = submission_key(task, sources[task.chapter], code_hash, limits_repr)
+    done = recorded_keys(db_url)  # None: not SQLite, the writer answers below
+    if done is not None and not force:
+        todo = [t for t in tasks if done.get((t.student, t.chapter)) != t.key]
+        if not todo and outputs_current(course, done, report):
+            summary.up_to_date = len(tasks)
+            summary.seconds = time.perf_counter() - started
+            log(f"{len(tasks)} submissions: {len(tasks)} up to date, nothing to grade (grades.csv and the class "
+                f"report are current)")
+            log(summary.line())
+            return summary
+        expected_runnable = sum(1 for t in todo if Path(t.path).is_file())
+    else:
+        expected_runnable = sum(1 for t in tasks if Path(t.path).is_file())
+
     if scheduler:
         backend = DaskBackend(scheduler, course, chapters, module_name, limits)
     else:
         backend = LocalBackend(workers or os.cpu_count() or 1, course.root, module_name, limits)
     try:
-        backend.start(len(tasks))  # workers warm up (torch import) while this process opens the gradebook
+        backend.start(expected_runnable)  # workers warm up (torch import) while this process opens the gradebook
         from .gradebook import GradebookWriter
 
-        # The engine's defaults are part of its code (hashed); only overrides need to enter the key.
-        code_hash = grading_code_hash()
-        limits_repr = json.dumps(limits, sort_keys=True)
-        sources = {ch: course.source_notebook(ch).read_bytes() for ch in chapters}
-        for task in tasks:
-            task.key = submission_key(task, sources[task.chapter], code_hash, limits_repr)
         with GradebookWriter(db_url) as writer:
-            rows = _grade_into(writer, course, tasks, sources, backend, summary, force, progress, log)
+            rows = _grade_into(writer, course, tasks, sources, backend, summary, force, progress, log, started)
+        summary.workers_started = getattr(backend, "started", 0)
+        t0 = time.perf_counter()
         write_csv(course, rows)  # while the workers shut down
+        summary.add_stage("csv", time.perf_counter() - t0)
         if report:
             from .report import write_report
 
+            t0 = time.perf_counter()
             path = write_report(course, rows, failures=summary.failures)
+            summary.add_stage("report", time.perf_counter() - t0)
             log(f"class report: {path}")
+        if not summary.failures:  # a run with failures must write its report again next time
+            _write_atomic(course.grading / OUTPUTS_STATE, json.dumps(
+                {"digest": outputs_digest({(r["student"], r["chapter"]): r["key"] for r in rows}),
+                 "report": report}))
     finally:
         backend.stop()
     summary.seconds = time.perf_counter() - started
@@ -675,7 +799,7 @@ def grade(course: Course, chapters: list[str] | None = None, *, workers: int | N
 
 
 def _grade_into(writer, course: Course, tasks: list[Task], sources: dict, backend, summary: Summary, force: bool,
-                progress: bool, log) -> list[dict]:
+                progress: bool, log, started: float) -> list[dict]:
     import nbformat
     from tqdm import tqdm
 
@@ -697,10 +821,15 @@ def _grade_into(writer, course: Course, tasks: list[Task], sources: dict, backen
     else:
         importlib.import_module(engine_module_name())  # for feedback_html, while the workers warm up
         # Once per chapter, before anyone grades it (the engine's reference profile; cached on disk).
+        t0 = time.perf_counter()
         backend.prepare(sorted({t.chapter for t in runnable}))
+        summary.profile_seconds = time.perf_counter() - t0
 
     def record(task: Task, result: dict, bar) -> None:
         status = result.get("status")
+        for stage, seconds in (result.get("timings") or {}).items():
+            if isinstance(seconds, (int, float)):
+                summary.add_stage(stage, seconds)
         if status not in ("graded", "zero"):
             summary.failed += 1
             summary.failures.append({"student": task.student, "chapter": task.chapter,
@@ -708,11 +837,16 @@ def _grade_into(writer, course: Course, tasks: list[Task], sources: dict, backen
             bar.write(f"FAILED {task.student}/{task.chapter}: {str(result.get('reason', ''))[-600:]}")
         else:
             result["student"], result["chapter"] = task.student, task.chapter
-            write_outputs(course, result)
+            t0 = time.perf_counter()
+            write_outputs(course, result, summary)
+            t1 = time.perf_counter()
             writer.write_result(result, task.key, _parse_timestamp(task.timestamp))
+            summary.add_stage("gradebook write", time.perf_counter() - t1)
             summary.graded += status == "graded"
             summary.zero += status == "zero"
             summary.flagged += bool(result.get("flags"))
+            if summary.first_result_seconds is None and Path(task.path).is_file():
+                summary.first_result_seconds = t0 - started
         bar.update(1)
         bar.set_postfix(zero=summary.zero, flagged=summary.flagged, failed=summary.failed, refresh=False)
 
@@ -759,6 +893,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cell-timeout", type=float, help="seconds per cell (engine default otherwise)")
     parser.add_argument("--notebook-timeout", type=float, help="seconds per notebook (engine default otherwise)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument("--stats", type=Path, metavar="FILE.json",
+                        help="write the run's numbers here (counts, per-stage seconds, profile time, first result)")
     args = parser.parse_args(argv)
     limits = {}
     if args.cell_timeout:
@@ -777,6 +913,11 @@ def main(argv: list[str] | None = None) -> int:
     except RuntimeError as err:
         print(f"grading stopped: {err}", file=sys.stderr)
         return 2
+    if args.stats:
+        stats = summary.to_json()
+        # what this process had to load: a run with nothing to grade loads neither
+        stats["imported"] = {m: m in sys.modules for m in ("torch", "nbgrader", "sqlalchemy", "matplotlib")}
+        _write_atomic(args.stats, json.dumps(stats, indent=1))
     return 1 if summary.failed else 0
 
 

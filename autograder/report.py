@@ -1,9 +1,10 @@
 """The class report: one self-contained HTML page (figures embedded as base64 PNG) under grading/reports/.
 
 It shows, from the results recorded in the gradebook: a summary per chapter; the score distribution per
-chapter and per exercise (graded test cell); a learners x exercises heatmap; the checks that failed most
-with the verdict messages learners saw; flagged notebooks, notebooks that scored zero and why, and
-submissions the grader could not grade in the last run.
+chapter and per exercise (graded test cell); a learners x exercises heatmap per chapter; the checks that
+failed most with the verdict messages learners saw; flagged notebooks; every notebook that scored zero and
+why (could not be graded, with its reason, or graded with no check passed, e.g. a blank submission), and,
+apart from those, submissions the grader could not grade in the last run (grader errors, never recorded).
 """
 from __future__ import annotations
 
@@ -37,6 +38,23 @@ def exercise_order(course: Course, chapters: list[str]) -> dict[str, list[tuple[
     return order
 
 
+def _percent(row: dict) -> float:
+    return 100.0 * row["score"] / row["max_score"] if row["max_score"] else 0.0
+
+
+def zero_reason(row: dict) -> str | None:
+    """Why a recorded notebook scored zero, or None when it scored more. Two kinds, kept apart: a notebook
+    that could not be graded (unreadable, wrong name, nothing submitted, kernel died: its reason) and one
+    that was graded and failed every check. Grader errors are never recorded; they are listed separately."""
+    if row["score"] > 0:
+        return None
+    if row["status"] == "zero":
+        return f"not gradable: {row['reason'] or 'unusable notebook'}"
+    cells = row.get("cells") or {}
+    passed = sum(1 for v in cells.values() if v.get("passed"))
+    return f"graded: no check passed ({passed} of {len(cells)} graded cells)"
+
+
 def _cell_fraction(row: dict, cell: str, points: float) -> float:
     v = row["cells"].get(cell)
     if v is None or row["status"] != "graded":
@@ -44,46 +62,66 @@ def _cell_fraction(row: dict, cell: str, points: float) -> float:
     return v["score"] / v["max_score"] if v["max_score"] else float(v["passed"])
 
 
+# Sizes that stay readable at normal zoom: figures are embedded at FIGURE_DPI and never wider than the page's
+# content (so the browser does not scale them down); every text is at least MIN_FONT_PT.
+FIGURE_DPI = 100
+MAX_FIGURE_PX = 1300
+MIN_FONT_PT = 10
+_FONT = {"font.size": 11, "axes.labelsize": 11, "xtick.labelsize": 10, "ytick.labelsize": 10,
+         "axes.titlesize": 11, "legend.fontsize": 10}
+# The page's section headings; figures carry no title of their own (it used to appear twice).
+SECTIONS = {"chapters": "Score distribution per chapter", "exercises": "Score distribution per exercise",
+            "heatmap": "Learners x exercises"}
+
+
 def _png(fig) -> str:
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=100, bbox_inches="tight")
     import matplotlib.pyplot as plt
 
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=FIGURE_DPI, bbox_inches="tight")
     plt.close(fig)
-    return '<img alt="figure" src="data:image/png;base64,' + base64.b64encode(buf.getvalue()).decode() + '">'
+    return ('<img alt="figure" src="data:image/png;base64,' + base64.b64encode(buf.getvalue()).decode() + '">')
 
 
-def _figures(rows, chapters, order) -> dict[str, str]:
+def build_figures(rows, chapters, order) -> dict[str, list]:
+    """{section: [matplotlib Figure, ...]}: the report's figures, not yet rendered (tests inspect them)."""
     import matplotlib
 
     matplotlib.use("Agg", force=True)
     import matplotlib.pyplot as plt
+
+    with plt.rc_context(_FONT):
+        return _build_figures(plt, matplotlib, rows, chapters, order)
+
+
+def _build_figures(plt, matplotlib, rows, chapters, order) -> dict[str, list]:
     import numpy as np
 
-    figs = {}
+    figs: dict[str, list] = {}
     by_chapter = defaultdict(list)
     for r in rows:
         by_chapter[r["chapter"]].append(r)
+    max_in = MAX_FIGURE_PX / FIGURE_DPI
 
-    # Score distribution per chapter.
+    # Score distribution per chapter: one panel each, three to a row.
     n = len(chapters)
     cols = min(3, n)
     nrows = (n + cols - 1) // cols
-    fig, axes = plt.subplots(nrows, cols, figsize=(4.2 * cols, 2.9 * nrows), squeeze=False)
+    fig, axes = plt.subplots(nrows, cols, figsize=(min(max_in - 0.5, 4.0 * cols), 3.0 * nrows), squeeze=False)
     for ax in axes.flat[n:]:
         ax.set_visible(False)
     for ax, chapter in zip(axes.flat, chapters):
-        pct = [100.0 * r["score"] / r["max_score"] if r["max_score"] else 0.0 for r in by_chapter[chapter]]
+        pct = [_percent(r) for r in by_chapter[chapter]]
         ax.hist(pct, bins=np.linspace(0, 100, 11), color="#4C72B0", edgecolor="white")
-        ax.set_title(f"{chapter} (n={len(pct)})", fontsize=9)
+        ax.set_title(f"{chapter} (n={len(pct)})")  # names the panel, not the figure
         ax.set_xlabel("score (% of max)")
         ax.set_ylabel("learners")
         ax.set_xlim(0, 100)
-    fig.suptitle("Score distribution per chapter")
+        ax.yaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
     fig.tight_layout()
-    figs["chapters"] = _png(fig)
+    figs["chapters"] = [fig]
 
-    # Per exercise: share of learners who passed each graded cell.
+    # Per exercise: how many learners passed each graded cell (half a learner for partial credit).
     labels, passed, failed = [], [], []
     for chapter in chapters:
         for cell, points in order[chapter]:
@@ -94,43 +132,53 @@ def _figures(rows, chapters, order) -> dict[str, str]:
             passed.append(ok + 0.5 * part)
             failed.append(len(rs) - ok - 0.5 * part)
     if labels:
-        fig, ax = plt.subplots(figsize=(8, 0.28 * len(labels) + 1.2))
+        fig, ax = plt.subplots(figsize=(min(max_in - 0.5, 9.0), 0.3 * len(labels) + 1.2))
         y = np.arange(len(labels))
         ax.barh(y, passed, color="#55A868", label="passed")
         ax.barh(y, failed, left=passed, color="#C44E52", label="failed")
-        ax.set_yticks(y, labels, fontsize=7)
-        ax.invert_yaxis()
+        ax.set_yticks(y, labels)
+        ax.set_ylim(len(labels) - 0.5, -0.5)  # first exercise on top
         ax.set_xlabel("learners")
-        ax.legend(loc="lower right", fontsize=8)
-        ax.set_title("Score distribution per exercise (graded cell)")
+        ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
+        ax.legend(loc="lower left", bbox_to_anchor=(0.0, 1.0), ncol=2, frameon=False)  # above, off the bars
         fig.tight_layout()
-        figs["exercises"] = _png(fig)
+        figs["exercises"] = [fig]
 
-    # Learners x exercises heatmap (grey: not submitted).
+    # Learners x exercises, one heatmap per chapter (one shared colour scale: share of the cell's points;
+    # grey: not submitted). Row and column sizes follow the label font, so labels never overlap.
     students = sorted({r["student"] for r in rows})
-    columns = [(ch, cell, pts) for ch in chapters for cell, pts in order[ch]]
-    if students and columns:
-        index = {(r["student"], r["chapter"]): r for r in rows}
-        grid = np.full((len(students), len(columns)), np.nan)
+    index = {(r["student"], r["chapter"]): r for r in rows}
+    cmap = matplotlib.colormaps["RdYlGn"].with_extremes(bad="#dddddd")
+    heatmaps = []
+    for chapter in chapters:
+        cells = order[chapter]
+        if not students or not cells:
+            continue
+        grid = np.full((len(students), len(cells)), np.nan)
         for i, s in enumerate(students):
-            for j, (ch, cell, pts) in enumerate(columns):
-                r = index.get((s, ch))
-                if r is not None:
-                    grid[i, j] = _cell_fraction(r, cell, pts)
-        fig, ax = plt.subplots(figsize=(min(30, max(6, 2 + 0.3 * len(columns))),
-                                        min(40, max(3, 1.5 + 0.22 * len(students)))))
-        cmap = matplotlib.colormaps["RdYlGn"].copy()
-        cmap.set_bad("#dddddd")
-        ax.imshow(np.ma.masked_invalid(grid), cmap=cmap, vmin=0, vmax=1, aspect="auto", interpolation="nearest")
-        ax.set_yticks(range(len(students)), students, fontsize=6)
-        ax.set_xticks(range(len(columns)), [f"{ch[:2]} {cell}" for ch, cell, _ in columns], rotation=90, fontsize=6)
-        bounds = [j for j in range(1, len(columns)) if columns[j][0] != columns[j - 1][0]]
-        for b in bounds:
-            ax.axvline(b - 0.5, color="black", linewidth=1)
-        ax.set_title("Learners x exercises (green: full marks, red: zero, grey: not submitted)")
+            r = index.get((s, chapter))
+            if r is not None:
+                grid[i] = [_cell_fraction(r, cell, pts) for cell, pts in cells]
+        row_in = 0.24  # > a 10 pt label's height (0.14 in) plus spacing
+        label_in = 0.09 * max(len(cell) for cell, _ in cells)  # the rotated cell names below the grid
+        fig, ax = plt.subplots(figsize=(min(max_in - 0.5, 2.5 + 0.01 * 9 * max(map(len, students)) + 0.32 * len(cells)),
+                                        1.0 + label_in + row_in * len(students)))
+        image = ax.imshow(np.ma.masked_invalid(grid), cmap=cmap, vmin=0, vmax=1, aspect="auto",
+                          interpolation="nearest")
+        ax.set_yticks(range(len(students)), students)
+        ax.set_xticks(range(len(cells)), [cell for cell, _ in cells], rotation=90)
+        ax.set_xlabel(f"{chapter}: graded cells")
+        bar = fig.colorbar(image, ax=ax, fraction=0.04, pad=0.02)
+        bar.set_label("share of the cell's points")
         fig.tight_layout()
-        figs["heatmap"] = _png(fig)
+        heatmaps.append(fig)
+    if heatmaps:
+        figs["heatmap"] = heatmaps
     return figs
+
+
+def _figures(rows, chapters, order) -> dict[str, str]:
+    return {key: "".join(_png(f) for f in figs) for key, figs in build_figures(rows, chapters, order).items()}
 
 
 def _table(headers, body) -> str:
@@ -167,24 +215,29 @@ def render(course: Course, rows: list[dict], failures: list[dict] | None = None)
     chapters = sorted({r["chapter"] for r in rows})
     order = exercise_order(course, chapters)
     figs = _figures(rows, chapters, order) if rows else {}
-    parts = [f"<h1>Class report</h1><p>{len({r['student'] for r in rows})} learners, {len(rows)} graded notebooks, "
+    learners = len({r["student"] for r in rows})
+    parts = [f"<h1>Class report</h1><p>{learners} learners, {len(rows)} recorded notebooks"
+             f"{f', {len(failures)} not graded (grader errors)' if failures else ''}, "
              f"generated {_dt.datetime.now().isoformat(timespec='seconds')}.</p>"]
 
     summary = []
     for ch in chapters:
         rs = [r for r in rows if r["chapter"] == ch]
-        pct = sorted(100.0 * r["score"] / r["max_score"] if r["max_score"] else 0.0 for r in rs)
+        pct = sorted(_percent(r) for r in rs)
         mean = sum(pct) / len(pct) if pct else 0.0
         median = pct[len(pct) // 2] if pct else 0.0
         summary.append([esc(ch), len(rs), f"{mean:.1f}%", f"{median:.1f}%",
-                        sum(1 for p in pct if p >= 100.0), sum(1 for r in rs if r["status"] == "zero"),
+                        sum(1 for p in pct if p >= 100.0), sum(1 for r in rs if zero_reason(r)),
                         sum(1 for r in rs if r["flags"])])
     parts.append("<h2>Chapters</h2>" + _table(["chapter", "learners", "mean", "median", "full marks", "zero",
                                                 "flagged"], summary))
-    for key, title in (("chapters", "Score distribution per chapter"), ("exercises", "Score distribution per exercise"),
-                       ("heatmap", "Learners x exercises")):
+    captions = {"heatmap": "<p>One panel per chapter. Green: full marks on the cell, red: zero, grey: not "
+                           "submitted.</p>",
+                "exercises": "<p>Green: learners who passed the graded cell (half a learner for partial credit), "
+                             "red: learners who did not.</p>"}
+    for key, title in SECTIONS.items():
         if key in figs:
-            parts.append(f"<h2>{title}</h2>{figs[key]}")
+            parts.append(f"<h2>{title}</h2>{captions.get(key, '')}<div class=fig>{figs[key]}</div>")
 
     body = []
     for s in most_failed(rows, order):
@@ -197,16 +250,17 @@ def render(course: Course, rows: list[dict], failures: list[dict] | None = None)
                 "<br>".join(esc(f) for f in r["flags"])] for r in rows if r["flags"]]
     parts.append("<h2>Flagged notebooks</h2>" + (_table(["student", "chapter", "score", "flags"], flagged)
                                                  if flagged else "<p>None.</p>"))
-    zeros = [[esc(r["student"]), esc(r["chapter"]), esc(r["reason"])] for r in rows if r["status"] == "zero"]
-    parts.append("<h2>Notebooks that scored zero</h2>" + (_table(["student", "chapter", "reason"], zeros)
+    zeros = [[esc(r["student"]), esc(r["chapter"]), f"{r['score']:g} / {r['max_score']:g}", esc(zero_reason(r))]
+             for r in rows if zero_reason(r)]
+    parts.append("<h2>Notebooks that scored zero</h2>" + (_table(["student", "chapter", "score", "why"], zeros)
                                                           if zeros else "<p>None.</p>"))
     if failures:
         fail = [[esc(f["student"]), esc(f["chapter"]), f"<pre>{esc(str(f['reason'])[-1500:])}</pre>"] for f in failures]
-        parts.append("<h2>Not graded in the last run (grader errors; run again)</h2>"
+        parts.append("<h2>Not graded in the last run (grader errors, not the learner's fault; run again)</h2>"
                      + _table(["student", "chapter", "error"], fail))
     style = ("body{font-family:sans-serif;margin:2em;max-width:1400px}table{border-collapse:collapse;margin:1em 0}"
              "td,th{border:1px solid #ccc;padding:3px 8px;text-align:left;vertical-align:top;font-size:13px}"
-             "th{background:#f0f0f0}.n{color:#888}img{max-width:100%}pre{white-space:pre-wrap;margin:0}")
+             "th{background:#f0f0f0}.n{color:#888}.fig{overflow-x:auto}.fig img{display:block;margin:0 0 1em}pre{white-space:pre-wrap;margin:0}")
     return ("<!DOCTYPE html><html><head><meta charset='utf-8'><title>Class report</title>"
             f"<style>{style}</style></head><body>" + "\n".join(parts) + "</body></html>")
 

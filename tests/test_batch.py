@@ -5,6 +5,7 @@ to exactly the gradebook of an uninterrupted run."""
 from __future__ import annotations
 
 import csv
+import json
 import os
 import random
 import signal
@@ -16,12 +17,11 @@ import time
 import psutil
 import pytest
 
-pytestmark = pytest.mark.sandbox
 
 from autograder import submissions
 from autograder.course import Course
 
-from .batch_support import (CHAPTER, nbgrader_export, baseline, cell_max, child_env, comparable, grade_cmd, make_course, run_grade,
+from .batch_support import (CHAPTER, REPO, nbgrader_export, baseline, cell_max, child_env, comparable, grade_cmd, make_course, run_grade,
                             snapshot, summary_counts, write)
 
 N_SUBMISSIONS = 12  # see batch_support.class_members
@@ -40,6 +40,7 @@ def parallel(tmp_path_factory, sequential):
     return course, comparable(snapshot(course.db_url)), out
 
 
+@pytest.mark.sandbox
 @pytest.mark.timeout(600)
 def test_parallel_scores_equal_sequential(sequential, parallel):
     _, seq, seq_out = sequential
@@ -52,6 +53,7 @@ def test_parallel_scores_equal_sequential(sequential, parallel):
     assert par["results"] == seq["results"], "recorded results differ between 1 and 2 workers"
 
 
+@pytest.mark.sandbox
 @pytest.mark.timeout(120)
 def test_scores_flags_and_zero(sequential):
     course, snap, _ = sequential
@@ -69,7 +71,7 @@ def test_scores_flags_and_zero(sequential):
         messages = " ".join(msg for cell in m.fails for msg in r["cells"][cell]["messages"])
         assert m.symptom.lower() in messages.lower(), f"{m.what}: no verdict message mentions {m.symptom!r}: {messages}"
     assert results["tampered"]["flags"], "editing a graded test cell must be flagged"
-    for student, reason in (("broken", "malformed JSON"), ("renamed", "wrong file name"),
+    for student, reason in (("broken", "malformed JSON"), ("renamed", f"wrong file name: expected {CHAPTER}.ipynb"),
                             ("nothing", "no notebook submitted")):
         r = results[student]
         assert r["status"] == "zero" and r["score"] == 0 and reason in r["reason"], r
@@ -85,6 +87,7 @@ def test_scores_flags_and_zero(sequential):
             assert flagged == bool(r["flags"]), student
 
 
+@pytest.mark.sandbox
 @pytest.mark.timeout(120)
 def test_csv_feedback_and_report_written(sequential):
     course, snap, _ = sequential
@@ -118,6 +121,7 @@ def test_csv_feedback_and_report_written(sequential):
     assert "broken" in zeros and "malformed JSON" in zeros and "no notebook submitted" in zeros
 
 
+@pytest.mark.sandbox
 @pytest.mark.timeout(180)
 def test_nbgrader_export_reads_the_gradebook(sequential, tmp_path):
     course, snap, _ = sequential
@@ -128,6 +132,7 @@ def test_nbgrader_export_reads_the_gradebook(sequential, tmp_path):
         assert exported[(chapter, student)] == r["score"], key
 
 
+@pytest.mark.sandbox
 @pytest.mark.timeout(400)
 def test_rerun_changed_submission_and_force(parallel, sequential):
     course, before, _ = parallel
@@ -161,6 +166,7 @@ def _recorded(db_path) -> int:
         return 0
 
 
+@pytest.mark.sandbox
 @pytest.mark.timeout(420)
 def test_sigkill_at_a_random_point_then_resume(tmp_path, sequential):
     _, uninterrupted, _ = sequential
@@ -218,6 +224,7 @@ def test_sigkill_at_a_random_point_then_resume(tmp_path, sequential):
     assert comparable(snapshot(course.db_url)) == uninterrupted, f"resumed gradebook differs (seed {seed})"
 
 
+@pytest.mark.sandbox
 @pytest.mark.timeout(180)
 def test_a_worker_that_dies_is_replaced_and_its_notebook_retried_once(tmp_path):
     """With a stub engine: a worker killed mid-notebook is replaced and the notebook retried; a notebook
@@ -237,3 +244,48 @@ def test_a_worker_that_dies_is_replaced_and_its_notebook_retried_once(tmp_path):
                           text=True, timeout=150)
     counts = summary_counts(done.stdout + done.stderr)
     assert counts["up to date"] == 4 and counts["failed"] == 1, counts
+
+
+def _stub_run(course, stats, *args):
+    env = dict(child_env(), AUTOGRADER_ENGINE="tests.stub_engine")
+    done = subprocess.run(grade_cmd(course, "--workers", "2", "--stats", str(stats), *args), cwd=course.root, env=env,
+                          capture_output=True, text=True, timeout=240)
+    out = done.stdout + done.stderr
+    assert done.returncode == 0, out[-3000:]
+    return out, json.loads(stats.read_text())
+
+
+@pytest.mark.unit
+@pytest.mark.timeout(600)
+def test_nothing_to_grade_starts_no_worker_and_loads_nothing(tmp_path):
+    """Issue 16: a run with nothing to grade decides from the recorded keys alone: no worker process, no torch,
+    no nbgrader, and the CSVs and report are left as they are (they were written from exactly these results).
+    With the stub engine (no notebook runs): the batch driver's decisions only."""
+    members = {name: submissions.blank(REPO_COURSE, CHAPTER) for name in ("ada", "bea", "cy")}
+    members["nothing"] = None  # an empty folder: recorded as "no notebook submitted"
+    course = make_course(tmp_path / "course", members=members)
+    out, first = _stub_run(course, tmp_path / "1.json")
+    assert first["processed"] == 4 and first["workers_started"] >= 1, out[-2000:]
+    assert first["first_result_seconds"] is not None
+    assert {"gradebook write", "feedback html", "csv", "report"} <= set(first["stages"]), first["stages"]
+    outputs = [course.grading / "grades.csv", course.grading / "grades_by_exercise.csv",
+               course.grading / "reports" / "class_report.html"]
+    stamps = [p.stat().st_mtime_ns for p in outputs]
+
+    out, again = _stub_run(course, tmp_path / "2.json")
+    assert "nothing to grade" in out, out[-2000:]
+    assert again["up_to_date"] == 4 and again["processed"] == 0
+    assert again["workers_started"] == 0, "a run with nothing to grade starts no worker"
+    assert again["imported"] == {"torch": False, "nbgrader": False, "sqlalchemy": False, "matplotlib": False}
+    assert [p.stat().st_mtime_ns for p in outputs] == stamps, "nothing changed, nothing rewritten"
+
+    outputs[2].unlink()  # the report went missing: written again, still without a worker
+    out, third = _stub_run(course, tmp_path / "3.json")
+    assert third["workers_started"] == 0 and third["processed"] == 0 and outputs[2].is_file(), out[-2000:]
+
+    write(course, "bea", submissions.reference(REPO_COURSE, CHAPTER))  # a resubmission: graded, alone
+    out, fourth = _stub_run(course, tmp_path / "4.json")
+    assert fourth["processed"] == 1 and fourth["up_to_date"] == 3 and fourth["workers_started"] == 1, out[-2000:]
+
+    out, forced = _stub_run(course, tmp_path / "5.json", "--force")
+    assert forced["processed"] == 4 and forced["up_to_date"] == 0

@@ -1,0 +1,213 @@
+"""Grades for an LMS: ``python -m autograder export [--format canvas|long|wide|all] [--out PATH] [--db URL]
+[--roster CANVAS_EXPORT.csv] [--missing blank|zero]``.
+
+Scores come from the nbgrader gradebook (``--db``; the course's ``grading/gradebook.db`` by default), so a
+score an instructor changed by hand in formgrader (a manual score overrides the autograded one) is what
+is exported, exactly as ``nbgrader export`` would count it. Formats (files under ``grading/export/`` unless
+``--out`` names one):
+
+``canvas`` -> ``canvas_grades.csv``: a CSV that Canvas's *Grades > Import* accepts. One row per learner,
+    one column per chapter, and Canvas's identity columns first:
+
+    ============== =====================================================================================
+    column         content
+    ============== =====================================================================================
+    Student        "Last, First" when the gradebook knows the names, else the nbgrader student id
+    ID             the Canvas user id (nbgrader's ``lms_user_id``; empty when unknown)
+    SIS User ID    empty unless the roster gives it
+    SIS Login ID   the nbgrader student id (the login under which the learner submitted)
+    Section        empty unless the roster gives it
+    <chapter>      one column per chapter, named by its id (e.g. ``03_scoring_functions``): the score
+    ============== =====================================================================================
+
+    The second row is Canvas's ``Points Possible`` row (the label in the Student column, the identity
+    columns empty, each chapter's maximum score), which Canvas uses as the points of a new assignment.
+    A learner who did not submit a chapter gets an empty cell (Canvas leaves that grade unchanged;
+    ``--missing zero`` writes 0 instead). Canvas matches learners on ID, SIS User ID or SIS Login ID:
+    pass ``--roster`` a gradebook export from Canvas to copy its Student, ID, SIS User ID and Section
+    for every learner whose SIS Login ID (or ID) is the nbgrader student id.
+
+``long`` -> ``grades_long.csv``: one row per learner and chapter (what most scripts want):
+    ``student, chapter, score, max_score, percent, status, manual`` where ``status`` is ``graded``,
+    ``zero`` (the autograder could not grade it: see grades.csv's reason), ``missing`` (not submitted)
+    or ``nbgrader`` (graded by stock nbgrader, not by ``python -m autograder grade``), and ``manual`` is
+    ``yes`` when an instructor's manual score changed the autograded total.
+
+``wide`` -> ``grades_wide.csv``: ``student``, one column per chapter and ``total``, ``max_total``.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .course import Course
+
+FORMATS = {"canvas": "canvas_grades.csv", "long": "grades_long.csv", "wide": "grades_wide.csv"}
+CANVAS_IDENTITY = ["Student", "ID", "SIS User ID", "SIS Login ID", "Section"]
+CANVAS_POINTS_LABEL = "Points Possible"
+
+
+@dataclass
+class Learner:
+    id: str
+    first_name: str = ""
+    last_name: str = ""
+    lms_user_id: str = ""
+
+
+@dataclass
+class Grades:
+    """Everything an export needs, read once from the gradebook."""
+    chapters: list[str]
+    max_score: dict[str, float]
+    learners: list[Learner]
+    # (student, chapter) -> {"score", "max_score", "status", "manual"}
+    scores: dict[tuple[str, str], dict] = field(default_factory=dict)
+
+
+def read_grades(db_url: str, chapters: list[str] | None = None) -> Grades:
+    from nbgrader.api import Gradebook
+    from sqlalchemy import inspect, select
+
+    from .gradebook import COURSE_ID, RESULTS
+
+    with Gradebook(db_url, course_id=COURSE_ID) as gb:
+        names = [a.name for a in gb.assignments]
+        order = [c for c in (chapters or sorted(names)) if c in names]
+        ours = {}
+        if inspect(gb.engine).has_table(RESULTS.name):
+            for st, ch, status, score in gb.db.execute(select(RESULTS.c.student, RESULTS.c.chapter,
+                                                              RESULTS.c.status, RESULTS.c.score)):
+                ours[(st, ch)] = (status, float(score))
+        grades = Grades(order, {}, [Learner(s.id, s.first_name or "", s.last_name or "", s.lms_user_id or "")
+                                    for s in sorted(gb.students, key=lambda s: s.id)])
+        for chapter in order:
+            grades.max_score[chapter] = float(gb.find_assignment(chapter).max_score)
+            for sub in gb.assignment_submissions(chapter):
+                score = float(sub.score)
+                status, auto = ours.get((sub.student_id, chapter), ("nbgrader", score))
+                grades.scores[(sub.student_id, chapter)] = {
+                    "score": score, "max_score": float(sub.max_score), "status": status,
+                    "manual": status != "nbgrader" and abs(score - auto) > 1e-9}
+    return grades
+
+
+def _fmt(x: float) -> str:
+    return f"{x:.10g}"
+
+
+def _cell(grades: Grades, student: str, chapter: str, missing: str) -> str:
+    got = grades.scores.get((student, chapter))
+    if got is None:
+        return "0" if missing == "zero" else ""
+    return _fmt(got["score"])
+
+
+def read_roster(path: Path) -> dict[str, dict]:
+    """A Canvas gradebook export: {login or Canvas id: its identity columns}."""
+    with open(path, newline="", encoding="utf-8-sig") as f:
+        rows = list(csv.DictReader(f))
+    roster = {}
+    for row in rows:
+        if CANVAS_POINTS_LABEL in (row.get("Student") or "") or not (row.get("Student") or "").strip():
+            continue  # the points-possible row (Canvas pads its label with spaces)
+        identity = {k: (row.get(k) or "").strip() for k in CANVAS_IDENTITY}
+        for key in (identity["SIS Login ID"], identity["ID"]):
+            if key:
+                roster.setdefault(key, identity)
+    return roster
+
+
+def canvas_csv(grades: Grades, missing: str = "blank", roster: dict[str, dict] | None = None) -> str:
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(CANVAS_IDENTITY + grades.chapters)
+    w.writerow([CANVAS_POINTS_LABEL, "", "", "", ""] + [_fmt(grades.max_score[c]) for c in grades.chapters])
+    for learner in grades.learners:
+        name = f"{learner.last_name}, {learner.first_name}" if learner.last_name and learner.first_name \
+            else (learner.last_name or learner.first_name or learner.id)
+        identity = {"Student": name, "ID": learner.lms_user_id, "SIS User ID": "", "SIS Login ID": learner.id,
+                    "Section": ""}
+        known = (roster or {}).get(learner.id) or (roster or {}).get(learner.lms_user_id or "\0")
+        if known:
+            identity.update({k: v for k, v in known.items() if v})
+        w.writerow([identity[k] for k in CANVAS_IDENTITY]
+                   + [_cell(grades, learner.id, c, missing) for c in grades.chapters])
+    return buf.getvalue()
+
+
+def long_csv(grades: Grades) -> str:
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(["student", "chapter", "score", "max_score", "percent", "status", "manual"])
+    for learner in grades.learners:
+        for chapter in grades.chapters:
+            got = grades.scores.get((learner.id, chapter))
+            mx = grades.max_score[chapter]
+            if got is None:
+                w.writerow([learner.id, chapter, "0", _fmt(mx), "0.0", "missing", "no"])
+                continue
+            pct = 100.0 * got["score"] / mx if mx else 0.0
+            w.writerow([learner.id, chapter, _fmt(got["score"]), _fmt(mx), f"{pct:.1f}", got["status"],
+                        "yes" if got["manual"] else "no"])
+    return buf.getvalue()
+
+
+def wide_csv(grades: Grades, missing: str = "blank") -> str:
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(["student", *grades.chapters, "total", "max_total"])
+    for learner in grades.learners:
+        total = sum(grades.scores[(learner.id, c)]["score"] for c in grades.chapters
+                    if (learner.id, c) in grades.scores)
+        w.writerow([learner.id, *[_cell(grades, learner.id, c, missing) for c in grades.chapters], _fmt(total),
+                    _fmt(sum(grades.max_score.values()))])
+    return buf.getvalue()
+
+
+def export(course: Course, fmt: str = "canvas", out: Path | None = None, db_url: str | None = None,
+           missing: str = "blank", roster: Path | None = None, chapters: list[str] | None = None) -> list[Path]:
+    grades = read_grades(db_url or course.db_url, chapters or course.chapters())
+    known = read_roster(roster) if roster else None
+    texts = {"canvas": lambda: canvas_csv(grades, missing, known), "long": lambda: long_csv(grades),
+             "wide": lambda: wide_csv(grades, missing)}
+    wanted = list(FORMATS) if fmt == "all" else [fmt]
+    if out is not None and len(wanted) > 1:
+        raise SystemExit("--out names one file; with --format all the files go under grading/export/")
+    written = []
+    for name in wanted:
+        path = Path(out) if out is not None else course.grading / "export" / FORMATS[name]
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.tmp")
+        tmp.write_text(texts[name](), encoding="utf-8")
+        tmp.replace(path)
+        written.append(path)
+    return written
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m autograder export",
+                                     description="Write the gradebook's grades for an LMS (see autograder/export.py "
+                                                 "for the columns).")
+    parser.add_argument("--format", choices=[*FORMATS, "all"], default="canvas")
+    parser.add_argument("--out", type=Path, help="the file to write (default: grading/export/<format file>)")
+    parser.add_argument("--db", metavar="URL", help="gradebook URL (default: sqlite grading/gradebook.db)")
+    parser.add_argument("--course", type=Path, metavar="DIR", help="course root (default: this repository)")
+    parser.add_argument("--chapters", nargs="*", metavar="CHAPTER", help="only these chapters (default: all)")
+    parser.add_argument("--missing", choices=["blank", "zero"], default="blank",
+                        help="a chapter not submitted: an empty cell (LMS grade unchanged) or 0")
+    parser.add_argument("--roster", type=Path, metavar="CANVAS_EXPORT.csv",
+                        help="a gradebook export from Canvas: identity columns are copied from it")
+    args = parser.parse_args(argv)
+    course = Course(args.course) if args.course else Course()
+    for path in export(course, args.format, args.out, args.db, args.missing, args.roster, args.chapters):
+        print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

@@ -1,0 +1,166 @@
+"""The class report counts right and can be read: on a synthetic class whose numbers are known, the chapter
+table's zero column and the list of zero notebooks include a blank submission that was graded and failed
+every check (issue 16: it said "None" while the blank scored 0/27), the reason of an ungradable notebook is
+kept apart from a grader error, every section title appears once (the histogram's used to appear twice),
+and every text in every figure is at least 10 pt in an image the page does not scale down."""
+from __future__ import annotations
+
+import base64
+import io
+
+import pytest
+from bs4 import BeautifulSoup
+from PIL import Image
+
+from autograder import report
+from autograder.course import Course
+
+pytestmark = pytest.mark.unit
+
+CHAPTER = "03_scoring_functions"
+
+
+def _row(student, status, passed_cells, order, reason="", flags=()):
+    cells = {cell: {"score": pts if cell in passed_cells else 0.0, "max_score": pts, "passed": cell in passed_cells,
+                    "messages": [] if cell in passed_cells else ["wrong shape: expected (2, 3), got (3, 2)"]}
+             for cell, pts in order} if status == "graded" or passed_cells is not None else {}
+    score = sum(v["score"] for v in cells.values())
+    return {"student": student, "chapter": CHAPTER, "status": status, "reason": reason, "flags": list(flags),
+            "score": score, "max_score": sum(p for _, p in order), "cells": cells, "seconds": 1.0,
+            "graded_at": None, "key": "k"}
+
+
+@pytest.fixture(scope="module")
+def klass():
+    course = Course()
+    order = report.exercise_order(course, [CHAPTER])[CHAPTER]
+    assert len(order) >= 4, "chapter 3 has graded cells"
+    every = {c for c, _ in order}
+    half = {c for c, _ in order[: len(order) // 2]}
+    rows = [
+        _row("ada", "graded", every, order),                       # full marks
+        _row("bea", "graded", set(), order),                       # blank: graded, no check passed
+        _row("cy", "graded", half, order),                         # partial
+        _row("dan", "zero", set(), order, reason="malformed JSON"),  # unreadable file
+        _row("eve", "zero", None, order, reason="no notebook submitted"),
+        _row("fay", "graded", every, order, flags=["edited test cell test_dot restored"]),
+    ]
+    failures = [{"student": "gus", "chapter": CHAPTER, "reason": "grader error: the zygote died"}]
+    page = report.render(course, rows, failures)
+    return course, order, rows, failures, BeautifulSoup(page, "html.parser"), page
+
+
+def _section(soup, title):
+    head = next(h for h in soup.find_all("h2") if h.get_text().startswith(title))
+    out = []
+    for sib in head.next_siblings:
+        if getattr(sib, "name", None) == "h2":
+            break
+        out.append(sib)
+    return out
+
+
+def _table(nodes):
+    table = next(n for n in nodes if getattr(n, "name", None) == "table")
+    heads = [th.get_text() for th in table.find_all("th")]
+    return [dict(zip(heads, [td.get_text() for td in tr.find_all("td")])) for tr in table.tbody.find_all("tr")]
+
+
+def test_chapter_table_counts(klass):
+    *_, soup, _ = klass
+    (row,) = _table(_section(soup, "Chapters"))
+    assert row["chapter"] == CHAPTER
+    assert row["learners"] == "6"
+    assert row["zero"] == "3", "bea (blank, graded 0), dan (unreadable) and eve (nothing submitted) scored zero"
+    assert row["full marks"] == "2" and row["flagged"] == "1"
+
+
+def test_every_zero_is_listed_with_its_own_reason(klass):
+    *_, soup, _ = klass
+    zeros = {r["student"]: r for r in _table(_section(soup, "Notebooks that scored zero"))}
+    assert set(zeros) == {"bea", "dan", "eve"}
+    assert zeros["bea"]["why"].startswith("graded: no check passed")
+    assert "malformed JSON" in zeros["dan"]["why"] and zeros["dan"]["why"].startswith("not gradable")
+    assert "no notebook submitted" in zeros["eve"]["why"]
+    assert all(z["score"].startswith("0 / ") for z in zeros.values())
+
+
+def test_grader_errors_are_kept_apart_from_zeros(klass):
+    *_, soup, _ = klass
+    zero_text = " ".join(n.get_text() for n in _section(soup, "Notebooks that scored zero") if hasattr(n, "get_text"))
+    assert "gus" not in zero_text, "a grader error is not the learner's zero"
+    failed = _table(_section(soup, "Not graded in the last run"))
+    assert [f["student"] for f in failed] == ["gus"] and "zygote died" in failed[0]["error"]
+
+
+def test_no_zero_means_none(klass):
+    course, order, rows, *_ = klass
+    page = BeautifulSoup(report.render(course, [r for r in rows if r["score"] > 0]), "html.parser")
+    text = " ".join(n.get_text() for n in _section(page, "Notebooks that scored zero") if hasattr(n, "get_text"))
+    assert text.strip() == "None."
+    (row,) = _table(_section(page, "Chapters"))
+    assert row["zero"] == "0"
+
+
+def test_each_title_appears_once(klass):
+    course, order, rows, _, soup, page = klass
+    heads = [h.get_text() for h in soup.find_all("h2")]
+    assert len(heads) == len(set(heads))
+    for title in report.SECTIONS.values():
+        assert page.count(title) == 1, f"{title!r} appears {page.count(title)} times in the page"
+    figs = report.build_figures(rows, [CHAPTER], {CHAPTER: order})
+    try:
+        for key, figures in figs.items():
+            for fig in figures:
+                texts = [fig._suptitle.get_text() if fig._suptitle else ""]
+                texts += [ax.get_title() for ax in fig.axes]
+                assert not any(report.SECTIONS[key] in t for t in texts), f"{key}: the figure repeats its heading"
+    finally:
+        import matplotlib.pyplot as plt
+
+        plt.close("all")
+
+
+def _visible_texts(fig):
+    from matplotlib.text import Text
+
+    return [t for t in fig.findobj(Text) if t.get_visible() and t.get_text().strip()]
+
+
+def test_figure_text_is_readable(klass):
+    course, order, rows, *_ = klass
+    # A class of 40 learners, so the heatmap has many rows.
+    big = [dict(r, student=f"learner{i:03d}") for i in range(40) for r in rows[i % len(rows):i % len(rows) + 1]]
+    figs = report.build_figures(big, [CHAPTER], {CHAPTER: order})
+    assert set(figs) == {"chapters", "exercises", "heatmap"}
+    try:
+        for key, figures in figs.items():
+            for fig in figures:
+                small = [(t.get_text(), t.get_fontsize()) for t in _visible_texts(fig)
+                         if t.get_fontsize() < report.MIN_FONT_PT]
+                assert not small, f"{key}: text below {report.MIN_FONT_PT} pt: {small[:5]}"
+                assert report.MIN_FONT_PT >= 10
+                if key == "heatmap":  # every learner and every cell is labelled
+                    ax = fig.axes[0]
+                    assert [t.get_text() for t in ax.get_yticklabels()] == sorted({r["student"] for r in big})
+                    assert len(ax.get_xticklabels()) == len(order)
+                    # a row is at least as tall as a label, so labels do not overlap
+                    learners = len({r["student"] for r in big})
+                    row_pt = ax.get_window_extent().height / learners * 72 / fig.dpi
+                    assert row_pt >= report.MIN_FONT_PT, f"heatmap rows are {row_pt:.1f} pt tall"
+    finally:
+        import matplotlib.pyplot as plt
+
+        plt.close("all")
+
+
+def test_images_are_not_scaled_down(klass):
+    *_, soup, _ = klass
+    imgs = soup.find_all("img")
+    assert len(imgs) >= 3
+    for img in imgs:
+        data = base64.b64decode(img["src"].split(",", 1)[1])
+        width, _ = Image.open(io.BytesIO(data)).size
+        assert width <= report.MAX_FIGURE_PX, f"an image {width} px wide would be scaled down by the page"
+    style = soup.find("style").get_text()
+    assert "max-width:100%" not in style.replace(" ", ""), "images keep their size (text stays at its point size)"
