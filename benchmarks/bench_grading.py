@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import signal
 import socket
@@ -75,10 +76,16 @@ def build_class(course: Course, chapters: list[str], learners: int) -> dict[tupl
     return kinds
 
 
+CPU = {"last": 0.0}  # CPU seconds (user + system) of the last run() and the processes it waited for
+
+
 def run(cmd: list[str], env: dict, cwd: Path, what: str) -> float:
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
     done = subprocess.run(cmd, env=env, cwd=cwd, capture_output=True, text=True)
     elapsed = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    CPU["last"] = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     if done.returncode != 0:
         raise SystemExit(f"{what} failed ({done.returncode}):\n{done.stdout[-4000:]}\n{done.stderr[-4000:]}")
     return elapsed
@@ -101,11 +108,13 @@ def stock_prepare(course: Course, chapters: list[str], db: str) -> float:
 
 
 def stock_grade(course: Course, chapters: list[str], db: str, submitted: str = "submitted") -> float:
-    total = 0.0
+    total, cpu = 0.0, 0.0
     for ch in chapters:
         total += run(nbgrader(course, ["autograde", ch, "--force",
                                        f"--CourseDirectory.submitted_directory=grading/{submitted}"], db),
                      course.nbgrader_env(), course.root, f"nbgrader autograde {ch}")
+        cpu += CPU["last"]
+    CPU["last"] = cpu
     return total
 
 
@@ -156,7 +165,9 @@ def ours_grade(course: Course, chapters: list[str], db: str, workers: int | None
     if timed:
         env["AUTOGRADER_ENGINE"] = "benchmarks.timed_engine"
     elapsed = run(cmd, env, course.root, "python -m autograder grade")
-    return elapsed, json.loads(stats.read_text())
+    numbers = json.loads(stats.read_text())
+    numbers["cpu_s"] = CPU["last"]
+    return elapsed, numbers
 
 
 class DaskCluster:
@@ -208,7 +219,7 @@ def spread(values: list[float]) -> str:
 
 # The stages of one notebook, in the order they happen (worker side, then the grading command's side).
 STAGES = ["read + repair", "fork + job transfer", "sandbox setup + kernel start + teardown", "cell execution",
-          "decision", "engine other", "executed notebook write", "feedback html", "gradebook write"]
+          "decision", "engine other", "feedback html", "executed notebook write", "feedback write", "gradebook write"]
 
 
 def print_breakdown(stats: dict, wall: float, workers: int) -> None:
@@ -222,7 +233,7 @@ def print_breakdown(stats: dict, wall: float, workers: int) -> None:
     for name in ("csv", "report"):
         if name in stages:
             print(f"    {name + ' (once per run)':<42} {stages[name]:7.3f}  (whole run)")
-    print(f"    {'reference profiles (warm cache, once per run)':<42} {stats['profile_seconds']:7.3f}  (whole run)")
+    print(f"    {'reference profiles, cached (once per run)':<42} {stats['profile_seconds']:7.3f}  (whole run)")
     print(f"    {'wall time x workers / notebooks':<42} {wall * workers / n:7.3f}  (everything included)")
 
 
@@ -285,7 +296,8 @@ def main(argv: list[str] | None = None) -> int:
         numbers["profiles_cold"] = [ch for ch in chapters if ch not in cached]
         print(f"ours:  one-time reference profiles {numbers['ours_prepare_s']:.1f} s (engine start included; built: "
               f"{', '.join(numbers['profiles_cold']) or 'none, all were cached'}); cached on disk", flush=True)
-        runs = {"ours_s": [], "ours_small_s": [], "stock_s": [], "stock_small_s": [], "noop_s": [], "first_s": []}
+        runs = {"ours_s": [], "ours_small_s": [], "stock_s": [], "stock_small_s": [], "noop_s": [], "first_s": [],
+                "ours_cpu_s": [], "stock_cpu_s": [], "noop_cpu_s": []}
         last_stats = None
         for rep in range(args.repeat):
             if args.small:
@@ -294,18 +306,24 @@ def main(argv: list[str] | None = None) -> int:
                                                        ours.grading / "submitted_small", timed=timed)[0])
             wall, last_stats = ours_grade(ours, chapters, ours_db, args.workers, timed=timed)
             runs["ours_s"].append(wall)
+            runs["ours_cpu_s"].append(last_stats["cpu_s"])
             runs["first_s"].append(last_stats["first_result_seconds"])
             noop_wall, noop_stats = ours_grade(ours, chapters, ours_db, args.workers, force=False, timed=timed)
             if noop_stats["processed"] or noop_stats["workers_started"]:
                 raise SystemExit(f"the no-op run graded {noop_stats['processed']} notebooks and started "
                                  f"{noop_stats['workers_started']} workers")
             runs["noop_s"].append(noop_wall)
+            runs["noop_cpu_s"].append(noop_stats["cpu_s"])
+            loaded = sorted(m for m, yes in noop_stats["imported"].items() if yes)
             print(f"ours:  run {rep + 1}: {wall:.1f} s for {n} notebooks; first notebook graded "
                   f"{last_stats['first_result_seconds']:.1f} s after the start (warm profiles: "
-                  f"{last_stats['profile_seconds']:.1f} s); nothing-to-grade run {noop_wall:.2f} s, no worker started",
+                  f"{last_stats['profile_seconds']:.1f} s); nothing-to-grade run {noop_wall:.2f} s, no worker started, "
+                  f"loaded {', '.join(loaded) or 'neither torch, nbgrader, sqlalchemy nor matplotlib'}",
                   flush=True)
         numbers["ours_s"] = statistics.median(runs["ours_s"])
         numbers["ours_runs_s"] = runs["ours_s"]
+        numbers["ours_cpu_runs_s"] = runs["ours_cpu_s"]
+        numbers["noop_cpu_runs_s"] = runs["noop_cpu_s"]
         numbers["noop_runs_s"] = runs["noop_s"]
         numbers["first_result_runs_s"] = runs["first_s"]
         numbers["stages"] = last_stats["stages"]
@@ -336,9 +354,11 @@ def main(argv: list[str] | None = None) -> int:
                 if args.small:
                     runs["stock_small_s"].append(stock_grade(stock, chapters, small_db, "submitted_small"))
                 runs["stock_s"].append(stock_grade(stock, chapters, stock_db))
+                runs["stock_cpu_s"].append(CPU["last"])
                 print(f"stock: run {rep + 1}: {runs['stock_s'][-1]:.1f} s for {n} notebooks", flush=True)
             numbers["stock_s"] = statistics.median(runs["stock_s"])
             numbers["stock_runs_s"] = runs["stock_s"]
+            numbers["stock_cpu_runs_s"] = runs["stock_cpu_s"]
             if args.small:
                 marginals = [(a - b) / max(1, n - small_n) for a, b in zip(runs["stock_s"], runs["stock_small_s"])]
                 numbers["stock_marginal_runs_s"] = marginals
@@ -354,15 +374,19 @@ def main(argv: list[str] | None = None) -> int:
 
         print(f"\n=== {args.learners} learners x {len(chapters)} chapters = {n} notebooks, {os.cpu_count()} CPUs, "
               f"{workers} workers ===")
-        print(f"ours, whole class (s):             {spread(runs['ours_s'])}")
+        print(f"ours, whole class (s):             {spread(runs['ours_s'])}   CPU {spread(runs['ours_cpu_s'])}")
         if not args.skip_stock:
-            print(f"stock nbgrader autograde (s):      {spread(runs['stock_s'])}")
+            print(f"stock nbgrader autograde (s):      {spread(runs['stock_s'])}   CPU {spread(runs['stock_cpu_s'])}")
             print(f"ratio stock / ours:                {spread(numbers['ratio_runs'])}   (target: at least 5x)")
+            cpu_ratio = [a / b for a, b in zip(runs["stock_cpu_s"], runs["ours_cpu_s"])]
+            numbers["cpu_ratio_runs"] = cpu_ratio
+            print(f"CPU-time ratio stock / ours:       {spread(cpu_ratio)}   (less sensitive to a loaded machine)")
         if args.small:
             print(f"ours marginal cost (s/notebook):   {spread(numbers['ours_marginal_runs_s'])}   (target: under 0.5 s)")
             if not args.skip_stock:
                 print(f"stock marginal cost (s/notebook):  {spread(numbers['stock_marginal_runs_s'])}")
-        print(f"nothing to grade (s):              {spread(runs['noop_s'])}   (target: under 3 s; no worker started)")
+        print(f"nothing to grade (s):              {spread(runs['noop_s'])}   CPU {spread(runs['noop_cpu_s'])}   "
+              f"(target: under 3 s; no worker started)")
         print(f"first notebook graded after (s):   {spread(runs['first_s'])}   (target: within 5 s, warm cache)")
         print(f"reference profiles, one-time (s):  {numbers['ours_prepare_s']:.1f}   (built cold for "
               f"{len(numbers['profiles_cold'])} of {len(chapters)} chapters, engine start included; then cached: "
