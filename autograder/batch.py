@@ -245,6 +245,17 @@ def _grade_with(engine, task: Task, submission: Path) -> dict:
     except Exception:
         result = failed_result(task, "grader error: " + traceback.format_exc(limit=8)[-2000:])
     result.setdefault("seconds", time.perf_counter() - started)
+    # The learner's feedback page is rendered here, by the worker, in parallel: the grading command then
+    # never imports the engine (and torch) itself.
+    render = getattr(sys.modules.get(type(engine).__module__), "feedback_html", None)
+    if render is not None and result.get("status") in ("graded", "zero"):
+        t0 = time.perf_counter()
+        try:
+            result["feedback_html"] = render(result)
+        except Exception:  # noqa: BLE001 - the grading command renders it again (and reports the error)
+            pass
+        timings = result.get("timings") if isinstance(result.get("timings"), dict) else {}
+        result["timings"] = dict(timings, **{"feedback html": time.perf_counter() - t0})
     return result
 
 
@@ -692,12 +703,15 @@ def write_outputs(course: Course, result: dict, summary: Summary | None = None) 
         _write_atomic(course.grading / "autograded" / student / chapter / f"{chapter}.ipynb",
                       json.dumps(result["executed_notebook"], indent=1, ensure_ascii=False))
     t1 = time.perf_counter()
-    feedback_html = getattr(importlib.import_module(engine_module_name()), "feedback_html", None)
-    if feedback_html is not None:
-        _write_atomic(course.grading / "feedback" / student / chapter / f"{chapter}.html", feedback_html(result))
+    page = result.pop("feedback_html", None)  # rendered by the worker
+    if page is None:
+        feedback_html = getattr(importlib.import_module(engine_module_name()), "feedback_html", None)
+        page = feedback_html(result) if feedback_html is not None else None
+    if page is not None:
+        _write_atomic(course.grading / "feedback" / student / chapter / f"{chapter}.html", page)
     if summary is not None:
         summary.add_stage("executed notebook write", t1 - t0)
-        summary.add_stage("feedback html", time.perf_counter() - t1)
+        summary.add_stage("feedback write", time.perf_counter() - t1)
 
 
 def write_csv(course: Course, rows: list[dict]) -> tuple[Path, Path]:
@@ -819,7 +833,6 @@ def _grade_into(writer, course: Course, tasks: list[Task], sources: dict, backen
     if not runnable:
         backend.stop()
     else:
-        importlib.import_module(engine_module_name())  # for feedback_html, while the workers warm up
         # Once per chapter, before anyone grades it (the engine's reference profile; cached on disk).
         t0 = time.perf_counter()
         backend.prepare(sorted({t.chapter for t in runnable}))
@@ -852,11 +865,11 @@ def _grade_into(writer, course: Course, tasks: list[Task], sources: dict, backen
 
     with tqdm(total=len(todo), unit="nb", desc="grading", disable=not progress, file=sys.stderr,
               dynamic_ncols=True, mininterval=0.5) as bar:
-        for task in missing:
-            record(task, missing_result(task, max_scores[task.chapter]), bar)
         if runnable:
             for task, result in backend.run(runnable):
                 record(task, result, bar)
+        for task in missing:  # after the workers: their feedback is rendered here
+            record(task, missing_result(task, max_scores[task.chapter]), bar)
     return writer.results()
 
 

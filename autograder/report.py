@@ -12,10 +12,9 @@ import base64
 import datetime as _dt
 import html
 import io
+import re
 from collections import Counter, defaultdict
 from pathlib import Path
-
-import nbformat
 
 from attention_course.cells import grade_id, is_graded_test, nbgrader_meta
 
@@ -26,6 +25,8 @@ REPORT_NAME = "class_report.html"
 
 def exercise_order(course: Course, chapters: list[str]) -> dict[str, list[tuple[str, float]]]:
     """{chapter: [(grade_id, points), ...]} in notebook order, from the source notebooks."""
+    import nbformat  # here: importing this module must stay cheap (grade's nothing-to-do check reads REPORT_NAME)
+
     order = {}
     for chapter in chapters:
         path = course.source_notebook(chapter)
@@ -210,6 +211,54 @@ def most_failed(rows, order, top: int = 15) -> list[dict]:
     return stats[:top]
 
 
+_NUMBER = re.compile(r"-?\d+(\.\d+)?(e-?\d+)?")
+
+
+def misconceptions(course: Course, rows: list[dict]) -> list[dict]:
+    """What the class got wrong, grouped by symptom: [{chapter, label, mistakes, cells, learners}], largest first.
+
+    A failed graded cell is labelled with the chapter's mistake catalogue (``solutions/<chapter>/mistakes.toml``)
+    when a catalogued mistake lists that cell in ``fails`` and its ``symptom`` phrase appears in the cell's
+    verdict messages (the longest matching phrase wins: "not NaN and not uniform" over "NaN"). Mistakes that
+    share a symptom form one group. Other failures are grouped by their first message with the numbers
+    taken out, labelled "not in the catalogue". A learner counts once per group. For instructors only: the
+    groups name learners."""
+    from .submissions import load_mistakes
+
+    groups: dict[tuple, dict] = {}
+    catalogues = {}
+    for r in rows:
+        if r["status"] != "graded":
+            continue
+        chapter = r["chapter"]
+        if chapter not in catalogues:
+            catalogues[chapter] = load_mistakes(course, chapter)
+        for cell, v in sorted((r.get("cells") or {}).items()):
+            if v.get("passed"):
+                continue
+            messages = [str(m) for m in v.get("messages") or []]
+            text = " ".join(messages).lower()
+            known = [m for m in catalogues[chapter] if cell in m.fails and m.symptom.lower() in text]
+            if known:
+                longest = max(len(m.symptom) for m in known)
+                known = [m for m in known if len(m.symptom) == longest]
+                key = (chapter, "catalogue", known[0].symptom.lower())
+                label = known[0].symptom
+            else:
+                first = messages[0] if messages else "(no message)"
+                key = (chapter, "other", _NUMBER.sub("#", first)[:160])
+                label = key[2]
+            g = groups.setdefault(key, {"chapter": chapter, "label": label, "catalogued": key[1] == "catalogue",
+                                        "mistakes": set(), "cells": set(), "learners": set()})
+            g["mistakes"].update(m.what for m in known)
+            g["cells"].add(cell)
+            g["learners"].add(r["student"])
+    out = [dict(g, mistakes=sorted(g["mistakes"]), cells=sorted(g["cells"]), learners=sorted(g["learners"]))
+           for g in groups.values()]
+    out.sort(key=lambda g: (g["chapter"], not g["catalogued"], -len(g["learners"]), g["label"]))
+    return out
+
+
 def render(course: Course, rows: list[dict], failures: list[dict] | None = None) -> str:
     esc = html.escape
     chapters = sorted({r["chapter"] for r in rows})
@@ -245,6 +294,15 @@ def render(course: Course, rows: list[dict], failures: list[dict] | None = None)
         body.append([esc(s["chapter"]), f"<code>{esc(s['cell'])}</code>", f"{s['failed']} / {s['of']}", msgs])
     parts.append("<h2>Checks that failed most</h2>" + (_table(["chapter", "graded cell", "failed", "symptoms "
                                                                "(verdict messages)"], body) if body else "<p>None.</p>"))
+
+    body = [[esc(g["chapter"]), esc(g["label"]) + ("" if g["catalogued"] else " <span class=n>(not in the catalogue)"
+                                                                            "</span>"),
+             "<br>".join(esc(m) for m in g["mistakes"]) or "&ndash;", ", ".join(f"<code>{esc(c)}</code>" for c in g["cells"]),
+             str(len(g["learners"])), esc(", ".join(g["learners"]))] for g in misconceptions(course, rows)]
+    parts.append("<h2>What the class got wrong (by symptom)</h2><p>Failed graded cells grouped by the symptom "
+                 "their verdict names, labelled from the chapter's mistake catalogue. Instructors only: it names "
+                 "learners.</p>" + (_table(["chapter", "symptom", "catalogued mistakes with this symptom",
+                                            "graded cells", "learners", "who"], body) if body else "<p>None.</p>"))
 
     flagged = [[esc(r["student"]), esc(r["chapter"]), f"{r['score']:g} / {r['max_score']:g}",
                 "<br>".join(esc(f) for f in r["flags"])] for r in rows if r["flags"]]

@@ -12,17 +12,30 @@ with both, in two throwaway copies of the course, and
 
 One-time, per-chapter preparation that both paths cache on disk (the reference expectations stock grading
 reads, our engine's reference profile) and registering the chapters in the gradebooks are done before the
-clocks start, and reported.
+clocks start, and reported apart ("cold profile"). Also printed, from the same run:
+
+- the no-op time: ``grade`` again with nothing to grade (it must start no worker);
+- the first-result latency: seconds from the start of ``grade`` (warm profile cache) to the first notebook
+  recorded, and the (warm) profile time inside that run;
+- the per-stage breakdown of a notebook's time (``benchmarks/timed_engine.py`` times the engine's stages,
+  the grading command the gradebook, feedback and report writes; ``--plain-engine`` skips it);
+- with ``--dask``, the same class graded on a local Dask cluster (scheduler and 2 workers on 127.0.0.1)
+  against the local backend, with a check that the scores are identical;
+- with ``--repeat N``, every timed run N times, minimum and median.
 
     .venv/bin/python benchmarks/bench_grading.py                      # 40 learners, all chapters
-    .venv/bin/python benchmarks/bench_grading.py --learners 6 --chapters 03_scoring_functions
+    .venv/bin/python benchmarks/bench_grading.py --learners 6 --chapters 03_scoring_functions --repeat 3
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import resource
 import shutil
+import signal
+import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -63,10 +76,16 @@ def build_class(course: Course, chapters: list[str], learners: int) -> dict[tupl
     return kinds
 
 
+CPU = {"last": 0.0}  # CPU seconds (user + system) of the last run() and the processes it waited for
+
+
 def run(cmd: list[str], env: dict, cwd: Path, what: str) -> float:
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
     done = subprocess.run(cmd, env=env, cwd=cwd, capture_output=True, text=True)
     elapsed = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    CPU["last"] = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     if done.returncode != 0:
         raise SystemExit(f"{what} failed ({done.returncode}):\n{done.stdout[-4000:]}\n{done.stderr[-4000:]}")
     return elapsed
@@ -89,11 +108,13 @@ def stock_prepare(course: Course, chapters: list[str], db: str) -> float:
 
 
 def stock_grade(course: Course, chapters: list[str], db: str, submitted: str = "submitted") -> float:
-    total = 0.0
+    total, cpu = 0.0, 0.0
     for ch in chapters:
         total += run(nbgrader(course, ["autograde", ch, "--force",
                                        f"--CourseDirectory.submitted_directory=grading/{submitted}"], db),
                      course.nbgrader_env(), course.root, f"nbgrader autograde {ch}")
+        cpu += CPU["last"]
+    CPU["last"] = cpu
     return total
 
 
@@ -124,16 +145,96 @@ def ours_prepare(course: Course, chapters: list[str]) -> float:
     return time.perf_counter() - started
 
 
-def ours_grade(course: Course, chapters: list[str], db: str, workers: int | None, submitted: Path | None = None) -> float:
+def ours_grade(course: Course, chapters: list[str], db: str, workers: int | None, submitted: Path | None = None,
+               force: bool = True, timed: bool = True, scheduler: str | None = None) -> tuple[float, dict]:
+    """One ``python -m autograder grade`` run: (wall seconds, its --stats numbers)."""
+    stats = course.root / f"stats-{time.monotonic_ns()}.json"
     cmd = [sys.executable, "-m", "autograder", "grade", *chapters, "--course", str(course.root), "--db", db,
-           "--force", "--no-progress"]
+           "--no-progress", "--stats", str(stats)]
+    if force:
+        cmd.append("--force")
     if workers:
         cmd += ["--workers", str(workers)]
     if submitted:
         cmd += ["--submitted", str(submitted)]
+    if scheduler:
+        cmd += ["--scheduler", scheduler]
     env = dict(os.environ)
     env.pop("ATTENTION_COURSE_ROOT", None)
-    return run(cmd, env, course.root, "python -m autograder grade")
+    env["PYTHONPATH"] = os.pathsep.join(p for p in [str(REPO), env.get("PYTHONPATH", "")] if p)
+    if timed:
+        env["AUTOGRADER_ENGINE"] = "benchmarks.timed_engine"
+    elapsed = run(cmd, env, course.root, "python -m autograder grade")
+    numbers = json.loads(stats.read_text())
+    numbers["cpu_s"] = CPU["last"]
+    return elapsed, numbers
+
+
+class DaskCluster:
+    """A scheduler and two single-threaded workers on 127.0.0.1 (the README's commands)."""
+
+    def __init__(self, work: Path, workers: int = 2):
+        self.work, self.n, self.procs = work, workers, []
+
+    def __enter__(self) -> str:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        self.address = f"tcp://127.0.0.1:{port}"
+        env = dict(os.environ, PYTHONPATH=str(REPO))
+        self.work.mkdir(parents=True, exist_ok=True)
+        log = open(self.work / "dask.log", "w")
+        self.procs.append(subprocess.Popen([sys.executable, "-m", "dask", "scheduler", "--host", "127.0.0.1",
+                                            "--port", str(port), "--no-dashboard"], cwd=self.work, env=env,
+                                           stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
+        for i in range(self.n):
+            self.procs.append(subprocess.Popen(
+                [sys.executable, "-m", "dask", "worker", self.address, "--host", "127.0.0.1", "--nthreads", "1",
+                 "--no-dashboard", "--name", f"bench-{i}", "--local-directory", str(self.work / f"w{i}")],
+                cwd=self.work, env=dict(env, TMPDIR=str(self.work)), stdout=log, stderr=subprocess.STDOUT,
+                start_new_session=True))
+        from distributed import Client
+
+        with Client(self.address, timeout="120s") as client:
+            client.wait_for_workers(self.n, timeout=300)
+        return self.address
+
+    def __exit__(self, *exc) -> None:
+        for p in reversed(self.procs):
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGTERM)
+        for p in self.procs:
+            try:
+                p.wait(20)
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait(10)
+
+
+def spread(values: list[float]) -> str:
+    if len(values) == 1:
+        return f"{values[0]:.2f}"
+    return f"min {min(values):.2f}, median {statistics.median(values):.2f} (n={len(values)})"
+
+
+# The stages of one notebook, in the order they happen (worker side, then the grading command's side).
+STAGES = ["read + repair", "fork + job transfer", "sandbox setup + kernel start + teardown", "cell execution",
+          "decision", "engine other", "feedback html", "executed notebook write", "feedback write", "gradebook write"]
+
+
+def print_breakdown(stats: dict, wall: float, workers: int) -> None:
+    n = max(1, stats["processed"])
+    stages = stats["stages"]
+    print(f"\nwhere a notebook's time goes ({n} notebooks, seconds per notebook; worker-side stages run "
+          f"{workers} at a time):")
+    for name in STAGES:
+        if name in stages:
+            print(f"    {name:<42} {stages[name] / n:7.3f}")
+    for name in ("csv", "report"):
+        if name in stages:
+            print(f"    {name + ' (once per run)':<42} {stages[name]:7.3f}  (whole run)")
+    print(f"    {'reference profiles, cached (once per run)':<42} {stats['profile_seconds']:7.3f}  (whole run)")
+    print(f"    {'wall time x workers / notebooks':<42} {wall * workers / n:7.3f}  (everything included)")
 
 
 def ours_scores(db: str) -> dict[tuple[str, str], float]:
@@ -153,6 +254,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--skip-stock", action="store_true", help="time only our command")
     parser.add_argument("--keep", type=Path, help="keep the course copies in this folder")
     parser.add_argument("--json", type=Path, help="also write the numbers here")
+    parser.add_argument("--repeat", type=int, default=1, help="time every run this many times (min and median)")
+    parser.add_argument("--dask", action="store_true", help="also grade on a local Dask cluster (2 workers)")
+    parser.add_argument("--cold", action="store_true",
+                        help="build our reference profiles from scratch (not from the repository's cache)")
+    parser.add_argument("--plain-engine", action="store_true",
+                        help="grade with the plain engine (no per-stage timings)")
     args = parser.parse_args(argv)
 
     repo = Course()
@@ -166,7 +273,9 @@ def main(argv: list[str] | None = None) -> int:
         for c in (stock, ours):
             c.grading.mkdir(parents=True, exist_ok=True)
             if (repo.grading / "expected").is_dir():
-                shutil.copytree(repo.grading / "expected", c.grading / "expected")
+                shutil.copytree(repo.grading / "expected", c.grading / "expected",
+                                ignore=shutil.ignore_patterns("isolation-*") if args.cold and c is ours else None)
+        cached = sorted(ch for ch in chapters if any((ours.grading / "expected").glob(f"isolation-{ch}-*.json")))
         kinds = build_class(stock, chapters, args.learners)
         build_class(ours, chapters, args.learners)
         n = len(kinds)
@@ -180,21 +289,58 @@ def main(argv: list[str] | None = None) -> int:
               f"({', '.join(chapters)}); {os.cpu_count()} CPUs; work folder {work}", flush=True)
 
         numbers: dict = {"learners": args.learners, "chapters": chapters, "notebooks": n, "cpus": os.cpu_count()}
+        workers = args.workers or os.cpu_count() or 1
+        timed = not args.plain_engine
         ours_db = "sqlite:///" + str(ours.grading / "gradebook.db")
         numbers["ours_prepare_s"] = ours_prepare(ours, chapters)
-        print(f"ours:  one-time reference profiles {numbers['ours_prepare_s']:.1f} s (cached on disk)", flush=True)
+        numbers["profiles_cold"] = [ch for ch in chapters if ch not in cached]
+        print(f"ours:  one-time reference profiles {numbers['ours_prepare_s']:.1f} s (engine start included; built: "
+              f"{', '.join(numbers['profiles_cold']) or 'none, all were cached'}); cached on disk", flush=True)
+        runs = {"ours_s": [], "ours_small_s": [], "stock_s": [], "stock_small_s": [], "noop_s": [], "first_s": [],
+                "ours_cpu_s": [], "stock_cpu_s": [], "noop_cpu_s": []}
+        last_stats = None
+        for rep in range(args.repeat):
+            if args.small:
+                small_db = "sqlite:///" + str(ours.grading / f"gradebook-small-{rep}.db")
+                runs["ours_small_s"].append(ours_grade(ours, chapters, small_db, args.workers,
+                                                       ours.grading / "submitted_small", timed=timed)[0])
+            wall, last_stats = ours_grade(ours, chapters, ours_db, args.workers, timed=timed)
+            runs["ours_s"].append(wall)
+            runs["ours_cpu_s"].append(last_stats["cpu_s"])
+            runs["first_s"].append(last_stats["first_result_seconds"])
+            noop_wall, noop_stats = ours_grade(ours, chapters, ours_db, args.workers, force=False, timed=timed)
+            if noop_stats["processed"] or noop_stats["workers_started"]:
+                raise SystemExit(f"the no-op run graded {noop_stats['processed']} notebooks and started "
+                                 f"{noop_stats['workers_started']} workers")
+            runs["noop_s"].append(noop_wall)
+            runs["noop_cpu_s"].append(noop_stats["cpu_s"])
+            loaded = sorted(m for m, yes in noop_stats["imported"].items() if yes)
+            print(f"ours:  run {rep + 1}: {wall:.1f} s for {n} notebooks; first notebook graded "
+                  f"{last_stats['first_result_seconds']:.1f} s after the start (warm profiles: "
+                  f"{last_stats['profile_seconds']:.1f} s); nothing-to-grade run {noop_wall:.2f} s, no worker started, "
+                  f"loaded {', '.join(loaded) or 'neither torch, nbgrader, sqlalchemy nor matplotlib'}",
+                  flush=True)
+        numbers["ours_s"] = statistics.median(runs["ours_s"])
+        numbers["ours_runs_s"] = runs["ours_s"]
+        numbers["ours_cpu_runs_s"] = runs["ours_cpu_s"]
+        numbers["noop_cpu_runs_s"] = runs["noop_cpu_s"]
+        numbers["noop_runs_s"] = runs["noop_s"]
+        numbers["first_result_runs_s"] = runs["first_s"]
+        numbers["stages"] = last_stats["stages"]
         if args.small:
-            small_db = "sqlite:///" + str(ours.grading / "gradebook-small.db")
-            numbers["ours_small_s"] = ours_grade(ours, chapters, small_db, args.workers,
-                                                 ours.grading / "submitted_small")
-        numbers["ours_s"] = ours_grade(ours, chapters, ours_db, args.workers)
-        print(f"ours:  {numbers['ours_s']:.1f} s for {n} notebooks ({numbers['ours_s'] / n:.2f} s per notebook)",
-              flush=True)
-        if args.small:
-            numbers["ours_marginal_s"] = (numbers["ours_s"] - numbers["ours_small_s"]) / max(1, n - small_n)
-            print(f"ours:  {numbers['ours_small_s']:.1f} s for the small class of {small_n}; marginal cost "
-                  f"{numbers['ours_marginal_s']:.2f} s per notebook", flush=True)
+            numbers["ours_small_s"] = statistics.median(runs["ours_small_s"])
+            marginals = [(a - b) / max(1, n - small_n) for a, b in zip(runs["ours_s"], runs["ours_small_s"])]
+            numbers["ours_marginal_runs_s"] = marginals
+            numbers["ours_marginal_s"] = statistics.median(marginals)
         ours_result = ours_scores(ours_db)
+
+        if args.dask:
+            dask_db = "sqlite:///" + str(ours.grading / "gradebook-dask.db")
+            with DaskCluster(work / "dask") as address:
+                numbers["dask_s"], _ = ours_grade(ours, chapters, dask_db, None, scheduler=address, timed=False)
+            dask_result = ours_scores(dask_db)
+            numbers["dask_disagreements"] = sorted(f"{s}/{c}" for s, c in set(dask_result) | set(ours_result)
+                                                   if dask_result.get((s, c)) != ours_result.get((s, c)))
 
         if not args.skip_stock:
             stock_db = "sqlite:///" + str(stock.grading / "gradebook.db")
@@ -204,34 +350,64 @@ def main(argv: list[str] | None = None) -> int:
             if args.small:
                 small_db = "sqlite:///" + str(stock.grading / "gradebook-small.db")
                 stock_prepare(stock, chapters, small_db)
-                numbers["stock_small_s"] = stock_grade(stock, chapters, small_db, "submitted_small")
-            numbers["stock_s"] = stock_grade(stock, chapters, stock_db)
-            print(f"stock: {numbers['stock_s']:.1f} s for {n} notebooks ({numbers['stock_s'] / n:.2f} s per notebook)",
-                  flush=True)
+            for rep in range(args.repeat):
+                if args.small:
+                    runs["stock_small_s"].append(stock_grade(stock, chapters, small_db, "submitted_small"))
+                runs["stock_s"].append(stock_grade(stock, chapters, stock_db))
+                runs["stock_cpu_s"].append(CPU["last"])
+                print(f"stock: run {rep + 1}: {runs['stock_s'][-1]:.1f} s for {n} notebooks", flush=True)
+            numbers["stock_s"] = statistics.median(runs["stock_s"])
+            numbers["stock_runs_s"] = runs["stock_s"]
+            numbers["stock_cpu_runs_s"] = runs["stock_cpu_s"]
             if args.small:
-                numbers["stock_marginal_s"] = (numbers["stock_s"] - numbers["stock_small_s"]) / max(1, n - small_n)
-                print(f"stock: {numbers['stock_small_s']:.1f} s for the small class of {small_n}; marginal cost "
-                      f"{numbers['stock_marginal_s']:.2f} s per notebook", flush=True)
+                marginals = [(a - b) / max(1, n - small_n) for a, b in zip(runs["stock_s"], runs["stock_small_s"])]
+                numbers["stock_marginal_runs_s"] = marginals
+                numbers["stock_marginal_s"] = statistics.median(marginals)
             stock_result = stock_scores(stock_db)
             disagree = sorted(k for k in set(stock_result) | set(ours_result)
                               if stock_result.get(k) != ours_result.get(k))
             numbers["disagreements"] = [[s, c, kinds.get((s, c)), stock_result.get((s, c)), ours_result.get((s, c))]
                                         for s, c in disagree]
-            numbers["ratio"] = numbers["stock_s"] / numbers["ours_s"]
-            print(f"\nstock nbgrader autograde {numbers['stock_s']:.1f} s, ours {numbers['ours_s']:.1f} s: "
-                  f"{numbers['ratio']:.2f}x faster", flush=True)
-            if args.small:
-                print(f"marginal per notebook: stock {numbers['stock_marginal_s']:.2f} s, "
-                      f"ours {numbers['ours_marginal_s']:.2f} s")
-            if disagree:
-                print(f"SCORES DISAGREE for {len(disagree)} of {n} notebooks (student, chapter, kind, stock, ours):")
+            # Ratios run by run (same repetition: the machine's load is closest), then min and median.
+            numbers["ratio_runs"] = [a / b for a, b in zip(runs["stock_s"], runs["ours_s"])]
+            numbers["ratio"] = statistics.median(numbers["ratio_runs"])
+
+        print(f"\n=== {args.learners} learners x {len(chapters)} chapters = {n} notebooks, {os.cpu_count()} CPUs, "
+              f"{workers} workers ===")
+        print(f"ours, whole class (s):             {spread(runs['ours_s'])}   CPU {spread(runs['ours_cpu_s'])}")
+        if not args.skip_stock:
+            print(f"stock nbgrader autograde (s):      {spread(runs['stock_s'])}   CPU {spread(runs['stock_cpu_s'])}")
+            print(f"ratio stock / ours:                {spread(numbers['ratio_runs'])}   (target: at least 5x)")
+            cpu_ratio = [a / b for a, b in zip(runs["stock_cpu_s"], runs["ours_cpu_s"])]
+            numbers["cpu_ratio_runs"] = cpu_ratio
+            print(f"CPU-time ratio stock / ours:       {spread(cpu_ratio)}   (less sensitive to a loaded machine)")
+        if args.small:
+            print(f"ours marginal cost (s/notebook):   {spread(numbers['ours_marginal_runs_s'])}   (target: under 0.5 s)")
+            if not args.skip_stock:
+                print(f"stock marginal cost (s/notebook):  {spread(numbers['stock_marginal_runs_s'])}")
+        print(f"nothing to grade (s):              {spread(runs['noop_s'])}   CPU {spread(runs['noop_cpu_s'])}   "
+              f"(target: under 3 s; no worker started)")
+        print(f"first notebook graded after (s):   {spread(runs['first_s'])}   (target: within 5 s, warm cache)")
+        print(f"reference profiles, one-time (s):  {numbers['ours_prepare_s']:.1f}   (built cold for "
+              f"{len(numbers['profiles_cold'])} of {len(chapters)} chapters, engine start included; then cached: "
+              f"{last_stats['profile_seconds']:.2f} s inside a run)")
+        if args.dask:
+            verdict = ("identical scores" if not numbers["dask_disagreements"]
+                       else f"SCORES DIFFER for {numbers['dask_disagreements']}")
+            print(f"Dask, scheduler + 2 workers (s):   {numbers['dask_s']:.1f} vs local {runs['ours_s'][-1]:.1f}; {verdict}")
+        if timed:
+            print_breakdown(last_stats, runs["ours_s"][-1], min(workers, n))
+        if not args.skip_stock:
+            if numbers["disagreements"]:
+                print(f"SCORES DISAGREE for {len(numbers['disagreements'])} of {n} notebooks (student, chapter, kind, "
+                      f"stock, ours):")
                 for row in numbers["disagreements"]:
                     print("   ", *row)
             else:
                 print(f"scores agree: {n} of {n} notebooks (total per learner per chapter)")
         if args.json:
             args.json.write_text(json.dumps(numbers, indent=1))
-        return 1 if numbers.get("disagreements") else 0
+        return 1 if numbers.get("disagreements") or numbers.get("dask_disagreements") else 0
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)

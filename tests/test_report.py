@@ -164,3 +164,52 @@ def test_images_are_not_scaled_down(klass):
         assert width <= report.MAX_FIGURE_PX, f"an image {width} px wide would be scaled down by the page"
     style = soup.find("style").get_text()
     assert "max-width:100%" not in style.replace(" ", ""), "images keep their size (text stays at its point size)"
+
+
+def _catalogue_class(course, chapters):
+    """Learners made from the mistake catalogues: mistake i of a chapter is made by (i % 3) + 1 learners, whose
+    failed cells are the mistake's `fails` with a verdict naming its symptom; every other cell passes."""
+    from autograder.submissions import load_mistakes
+
+    rows, made = [], {}
+    for chapter in chapters:
+        order = report.exercise_order(course, [chapter])[chapter]
+        for i, m in enumerate(load_mistakes(course, chapter)):
+            for k in range(i % 3 + 1):
+                student = f"{chapter[:2]}-{m.id}-{k}"
+                cells = {cell: {"score": 0.0 if cell in m.fails else pts, "max_score": pts,
+                                "passed": cell not in m.fails,
+                                "messages": [f"check 2 of 3 failed: {m.symptom} (max abs error {0.1 * (k + 1):.2f})"]
+                                if cell in m.fails else []} for cell, pts in order}
+                rows.append({"student": student, "chapter": chapter, "status": "graded", "reason": "", "flags": [],
+                             "score": sum(c["score"] for c in cells.values()), "max_score": sum(p for _, p in order),
+                             "cells": cells})
+                made.setdefault((chapter, m.symptom.lower()), set()).add(student)
+    return rows, made
+
+
+def test_misconceptions_counted_by_catalogued_symptom(klass):
+    course = klass[0]
+    chapters = ["03_scoring_functions", "05_multi_head_attention"]
+    rows, made = _catalogue_class(course, chapters)
+    # one learner whose failure is not in any catalogue, twice with different numbers: one group of two
+    order = report.exercise_order(course, [CHAPTER])[CHAPTER]
+    for k, err in enumerate(("0.25", "3.5")):
+        cells = {c: {"score": 0.0, "max_score": p, "passed": False,
+                     "messages": [f"the plot's legend is missing ({err} of the labels)"]} for c, p in order[:1]}
+        rows.append({"student": f"odd-{k}", "chapter": CHAPTER, "status": "graded", "reason": "", "flags": [],
+                     "score": 0.0, "max_score": 1.0, "cells": cells})
+    groups = report.misconceptions(course, rows)
+    catalogued = {(g["chapter"], g["label"].lower()): g for g in groups if g["catalogued"]}
+    assert set(catalogued) == set(made), "one group per catalogued symptom, none invented"
+    for key, learners in made.items():
+        assert set(catalogued[key]["learners"]) == learners, key
+    others = [g for g in groups if not g["catalogued"]]
+    assert len(others) == 1 and others[0]["learners"] == ["odd-0", "odd-1"]
+    # in the page, with counts
+    page = BeautifulSoup(report.render(course, rows), "html.parser")
+    table = _table(_section(page, "What the class got wrong"))
+    by_label = {(r["chapter"], r["symptom"].replace(" (not in the catalogue)", "").lower()): r for r in table}
+    for key, learners in made.items():
+        assert by_label[key]["learners"] == str(len(learners))
+    assert sum(1 for r in table if "not in the catalogue" in r["symptom"]) == 1
