@@ -65,11 +65,11 @@ import nbformat
 
 from attention_course.cells import RECORD_MIME, grade_id, is_graded_test, is_setup, is_solution, nbgrader_meta
 
-from . import sandbox, structure, trusted
+from . import intake, sandbox, structure, trusted
 from .course import Course
 from .trusted import feedback_html  # noqa: F401 - part of this module's interface
 
-ENGINE_VERSION = "isolation-6"
+ENGINE_VERSION = "isolation-7"  # 7: yes/no checks decided as `equals`, records validated by their bytes
 SEED_BASES = (1_000_003, 2_000_029)  # the grading seed, and the one the reference is re-run with
 
 
@@ -404,8 +404,8 @@ class Engine:
         if not src_path.is_file():
             raise GraderError(f"unknown chapter {chapter!r}")
         try:
-            nb = structure.load_submission(submission, chapter)
-        except structure.Unusable as exc:
+            nb, intake_flags = intake.read_submission(submission, chapter)
+        except intake.Unusable as exc:
             result.update(status="zero", reason=str(exc))
             self._zero_cells(chapter, result, f"not graded: {exc}")
             return
@@ -414,8 +414,10 @@ class Engine:
         release = nbformat.read(release_path, as_version=4) if release_path.is_file() else None
         prof = self.profile(chapter)
         fixed = structure.repair(nb, source, release)
-        result["flags"] = fixed.flags
+        result["flags"] = intake_flags + fixed.flags
         report = self._run(self._job(self._cells_to_run(fixed.nb, fixed.tests, prof), "grade", self.limits))
+        report, output_flags = intake.clean_report(report)  # learner-controlled: encodable, bounded depth
+        result["flags"] += output_flags
         if report.get("status") == "error":
             raise GraderError(report.get("reason", "sandbox error"))
         executed = _merge_outputs(fixed.nb, report)
