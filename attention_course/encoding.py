@@ -109,7 +109,7 @@ def make_encoder():
     dtype_names = {getattr(torch, name): name for name in DTYPES if hasattr(torch, name)}
     device_type = type(torch.device("cpu")).__dict__["type"].__get__
     plain_tensor, parameter = torch.Tensor, torch.nn.Parameter
-    ndarray, ascontiguous = np.ndarray, np.ascontiguousarray
+    ndarray = np.ndarray
     nd = ndarray.__dict__
     nd_dtype, nd_shape, nd_size, nd_tobytes = (nd[n].__get__ if n != "tobytes" else nd[n]
                                                for n in ("dtype", "shape", "size", "tobytes"))
@@ -120,8 +120,7 @@ def make_encoder():
     type_of, is_instance, to_list, to_str, length = type, isinstance, list, str, len
     plain_types = (bool, int, str, type(None))
 
-    def array_record(arr) -> dict:
-        arr = ascontiguous(arr)
+    def array_record(arr) -> dict:  # tobytes() writes C order whatever the layout
         return {"dtype": np_dtype_name(nd_dtype(arr)), "shape": [int(s) for s in nd_shape(arr)],
                 "b64": b64(nd_tobytes(arr)).decode("ascii")}
 
