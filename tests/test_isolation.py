@@ -186,7 +186,11 @@ def test_hostile_notebook(batch, case):
     for s in case.outputs_lack:
         assert s not in text, f"{s!r} in the executed notebook's outputs"
     assert r["seconds"] < case.max_seconds
-    json.dumps(r)  # the result is plain JSON
+    json.dumps(r, ensure_ascii=False).encode("utf-8")  # the result is plain JSON, storable as UTF-8
+    page = feedback_html(r)
+    page.encode("utf-8")
+    for s in case.extra.get("feedback_lacks", ()):
+        assert s not in page and s not in json.dumps(r["cells"]), f"{s!r} reached the learner's feedback"
     if r["executed_notebook"] is not None:
         assert len(json.dumps(r["executed_notebook"])) < 8 << 20  # outputs were capped
         nbformat.validate(nbformat.from_dict(r["executed_notebook"]))
