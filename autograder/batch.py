@@ -679,12 +679,13 @@ def _grade_into(writer, course: Course, tasks: list[Task], sources: dict, backen
     import nbformat
     from tqdm import tqdm
 
+    from attention_course.cells import graded_cells
+
     max_scores = {}
     for ch in sorted({t.chapter for t in tasks}):
         nb = nbformat.reads(sources[ch].decode(), as_version=4)
         writer.register_chapter(ch, nb)
-        max_scores[ch] = sum(float(c.metadata.get("nbgrader", {}).get("points", 0)) for c in nb.cells
-                             if c.metadata.get("nbgrader", {}).get("grade"))
+        max_scores[ch] = sum(pts for _, pts in graded_cells(nb))
     done = {} if force else writer.done_keys()
     todo = [t for t in tasks if done.get((t.student, t.chapter)) != t.key]
     summary.up_to_date = len(tasks) - len(todo)

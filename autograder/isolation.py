@@ -63,7 +63,7 @@ from pathlib import Path
 
 import nbformat
 
-from attention_course.cells import RECORD_MIME, grade_id, is_graded_test, is_setup, is_solution, nbgrader_meta
+from attention_course.cells import RECORD_MIME, grade_id, graded_cells, is_graded_test, is_setup, is_solution
 
 from . import intake, sandbox, structure, trusted
 from .course import Course
@@ -386,8 +386,7 @@ class Engine:
 
     def _graded_cells(self, chapter: str) -> list[tuple[str, float]]:
         source = nbformat.read(self.course.source_notebook(chapter), as_version=4)
-        return [(grade_id(c), float(nbgrader_meta(c).get("points", 0) or 0)) for c in source.cells
-                if is_graded_test(c)]
+        return graded_cells(source)
 
     def _zero_cells(self, chapter: str, result: dict, message: str) -> None:
         try:

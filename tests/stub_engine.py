@@ -10,7 +10,7 @@ from pathlib import Path
 
 import nbformat
 
-from attention_course.cells import grade_id, is_graded_test, nbgrader_meta
+from attention_course.cells import graded_cells
 
 
 @dataclass
@@ -35,8 +35,8 @@ class Engine:
             marker.touch()
             os._exit(3)
         src = nbformat.read(self.root / "solutions" / chapter / f"{chapter}.ipynb", as_version=4)
-        cells = {grade_id(c): {"score": float(nbgrader_meta(c)["points"]), "max_score": float(nbgrader_meta(c)["points"]),
-                               "passed": True, "messages": []} for c in src.cells if is_graded_test(c)}
+        cells = {gid: {"score": pts, "max_score": pts, "passed": True, "messages": []}
+                 for gid, pts in graded_cells(src)}
         total = sum(v["score"] for v in cells.values())
         return {"student": student, "chapter": chapter, "status": "graded", "reason": "", "flags": [],
                 "score": total, "max_score": total, "cells": cells, "executed_notebook": None, "seconds": 0.0}

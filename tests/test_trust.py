@@ -27,6 +27,8 @@ from attention_course.encoding import MISMATCH, OWN_CLASS, DecodedTensor, decode
 from autograder import intake, trusted
 from autograder.course import Course
 
+from .synthetic import write_chapter
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -226,20 +228,8 @@ CHEATS = {
 
 
 def _yes_no_course(root: Path) -> Course:
-    def cell(src, gid, **meta):
-        c = nbformat.v4.new_code_cell(src)
-        c.metadata["nbgrader"] = {"grade_id": gid, "schema_version": 3, "task": False, **meta}
-        return c
-
-    setup = cell(SETUP, "setup", grade=False, solution=False, locked=True)
-    setup.metadata["tags"] = ["setup"]
-    nb = nbformat.v4.new_notebook(cells=[setup, cell(SOLUTION, "is_even", grade=False, solution=True, locked=False),
-                                         cell(YES_NO_TEST, "test_even", grade=True, solution=False, locked=True,
-                                              points=2)])
-    path = root / "solutions" / SYNTHETIC / f"{SYNTHETIC}.ipynb"
-    path.parent.mkdir(parents=True)
-    nbformat.write(nb, path)
-    return Course(root)
+    return write_chapter(root, SYNTHETIC, [("setup", SETUP, "setup"), ("solution", SOLUTION, "is_even"),
+                                           ("test", YES_NO_TEST, "test_even", 2)])
 
 
 @pytest.mark.sandbox
