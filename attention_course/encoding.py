@@ -207,8 +207,8 @@ def _buffer(b64, np_dtype: str, shape: list) -> bytes | None:
     if not isinstance(b64, str) or len(b64) > (MAX_ELEMENTS * 16 * 4) // 3 + 8:
         return None
     try:
-        raw = base64.b64decode(b64, validate=True)
-    except (binascii.Error, ValueError):
+        raw = binascii.a2b_base64(b64.encode("ascii"), strict_mode=True)
+    except (binascii.Error, ValueError, UnicodeEncodeError):
         return None
     return raw if len(raw) == math.prod(shape) * np.dtype(np_dtype).itemsize else None
 

@@ -45,14 +45,18 @@ def clean_text(text: str) -> tuple[str, bool]:
         return "".join("\ufffd" if 0xD800 <= ord(ch) <= 0xDFFF else ch for ch in text), True
 
 
-def clean_json(value, max_depth: int = MAX_DEPTH) -> tuple[object, set[str]]:
+def clean_json(value, max_depth: int = MAX_DEPTH, fix_text: bool = True) -> tuple[object, set[str]]:
     """A copy of a JSON-like value safe to serialise, deep-copy and store, and what had to change.
 
     Iterative (an explicit stack), so a value nested thousands of levels deep cannot exhaust Python's stack.
+    ``fix_text=False`` leaves strings as they are (the kernel's frames carry lone surrogates through
+    ``surrogatepass``; the engine replaces and flags them).
     """
     problems: set[str] = set()
 
     def leaf(v):
+        if isinstance(v, str) and not fix_text:
+            return v
         if isinstance(v, str):
             text, changed = clean_text(v)
             if changed:

@@ -60,7 +60,7 @@ import struct
 import sys
 import time
 
-from autograder.intake import clean_json
+from autograder.intake import MAX_DEPTH, clean_json
 
 # ---------------------------------------------------------------------------------------------------------
 # framing: 4-byte big-endian length + UTF-8 JSON
@@ -272,7 +272,8 @@ class _Capture:
         if self.outputs is None:
             return
         try:
-            clean, _ = clean_json({str(k): v for k, v in data.items()})  # bounded depth: the frame must encode
+            # bounded depth, so the frame always encodes; the engine cuts deeper still and flags it
+            clean, _ = clean_json({str(k): v for k, v in data.items()}, max_depth=2 * MAX_DEPTH, fix_text=False)
             size = len(json.dumps(clean, default=str))
         except Exception:  # noqa: BLE001 - learner objects can do anything in their reprs
             return

@@ -25,37 +25,41 @@ falls back to a *conservative* rewrite that keeps that cell's expected values in
 
 What a learner's process can and cannot do
 -------------------------------------------
-Everything the kernel reports (outputs, records, even the final result frame) comes from a process the
-learner controls, so the decision trusts only the *values* recorded, never a verdict, kind, parameter or
-expected value. Patching numpy/torch/builtins, rigged ``__eq__``, tensor subclasses (rejected by exact type),
-edits to ``sys.modules`` or the check library, fake records and forged results therefore cannot turn a wrong
-value into points: a check with a reproducible expected value (``close`` against a fixed value,
-``matches_reference``) passes only if the recorded value *is* right, and the right value never exists in the
-learner's process unless the learner's code computed it. Limits, stated plainly: a learner who tampers with
-the recorder can pass self-consistency checks (they compare the learner's values with each other) and
-property checks (shape, sums_to_one, finite, true, raises) by fabricating a value with the property, and can
-pass a visible check by reproducing the value the visible test shows, exactly as hardcoding it in the
-function would. Hidden checks against reference values are what prove an answer right.
+(The whole trust model, with its limits, is in ``autograder/TRUST.md``.) Everything the kernel reports
+(outputs, records, even the final result frame) comes from a process the learner controls, so the decision
+trusts only the *values* recorded, never a verdict, kind, parameter or expected value, and those values only
+as far as :func:`attention_course.encoding.validate` can prove them: a tensor's dtype and shape must be what
+its bytes are. Patching numpy/torch/builtins or ``torch.Tensor.dtype``, rigged ``__eq__``, tensor subclasses
+(rejected by exact type), edits to ``sys.modules`` or the check library, fake records and forged results
+therefore cannot turn a wrong value into points: a check with a reproducible expected value (``close``,
+``equals``, ``matches_reference``) passes only if the recorded value *is* right, and the right value never
+exists in the learner's process unless the learner's code computed it. Yes/no questions written
+``check.true(id, f(x) is False)`` (or ``== literal``) are rewritten to ``equals`` (:func:`_as_equals`), so their
+answer is not in the kernel either. Limits, stated plainly: a learner who tampers with the recorder can pass
+self-consistency checks and property checks (shape, sums_to_one, finite, raises, and ``true`` on any other
+condition) by fabricating a value with the property, and can pass a visible check by reproducing the value
+the visible test shows, exactly as hardcoding it in the function would. Hidden checks against reference
+values are what prove an answer right.
 
 The trusted decision
 --------------------
 For each graded test cell: the check keys the reference produced for that cell (``"<cell>/<check>"``),
 each with the reference's kind and parameters. The cell passes iff it ran without error and every one of
-those keys was recorded exactly once by that cell and ``verdicts.decide(kind, learner got, reference
-params, reference got)`` passes. Records are read only from that cell's own outputs and only for that cell's
-grade_id. Records with the same key: the recorder records each key once, so a second record means the
-notebook emitted a fake one, printed before the check ran or after it; neither the first nor the last is
-trusted and the check fails ("recorded 2 times"). A missing key fails ("did not run"). Nothing is taken
-from the learner's record but the value, and that only after :func:`sanitize_value`.
+those keys was recorded exactly once by that cell and the kind's verdict (:func:`attention_course.kinds.decide`
+on the learner's value, the reference's parameters and the reference's value) passes. Records are read only
+from that cell's own outputs and only for that cell's grade_id. Records with the same key: the recorder
+records each key once, so a second record means the notebook emitted a fake one, printed before the check
+ran or after it; neither the first nor the last is trusted and the check fails ("recorded 2 times"). A
+missing key fails ("did not run"). Nothing is taken from the learner's record but the value, and that only
+after :func:`attention_course.encoding.validate`.
 
-Feedback never contains hidden test source, expected values or hidden inputs: messages are the grader's
-own words and the verdicts' symptom texts (with the authors' hints), prefixed by the check id in visible
-cells and by "hidden check N" in hidden ones, where sizes, shapes and ratios are redacted
-(:func:`redact_hidden`). Learner-controlled names (exception and type names, which a learner can set to
-text read from a hidden test while it ran) appear only if they are Python's own; for an error in a hidden
-cell only the exception type is shown; a visible cell's exception message (200 characters at most) is shown
-unless it quotes hidden test code (:class:`LeakFilter`). The executed notebook, like nbgrader's autograded
-notebook, holds the hidden tests and everything the kernel printed: it is for instructors only.
+Feedback carries trusted text only: the grader's own sentences, the verdicts' symptom texts (with the
+authors' hints), Python's own exception names, and reasons and flags that describe the submitted file;
+never text the learner's process produced (an exception message, something printed, a class name), however
+it is encoded. Messages are prefixed by the check id in visible cells and by "hidden check N" in hidden
+ones, where sizes, shapes and ratios are redacted (:func:`redact_hidden`). :class:`LeakFilter` remains as a
+second line. The executed notebook, like nbgrader's autograded notebook, holds the hidden tests and
+everything the kernel printed: it is for instructors only.
 """
 from __future__ import annotations
 
