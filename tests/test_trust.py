@@ -257,3 +257,17 @@ def test_yes_no_cheats_lose_the_points_the_reference_keeps(tmp_path):
         r = results[name]
         assert r["status"] == "graded" and r["score"] == 0, (name, r["cells"])
         assert "hidden check 1: the answer is wrong. 3 is odd" in r["cells"]["test_even"]["messages"], name
+
+
+@pytest.mark.unit
+def test_check_calls_must_be_top_level_code_of_the_test_cell():
+    # the kernel's recorder refuses calls from anything but the cell's own top-level code (a wrapper a
+    # learner swapped in), so the rewriter refuses to put a check where that would refuse it
+    for body in ("def helper():\n    check.close('a', f(), 1)\nhelper()",
+                 "[check.close(f'a{i}', f(), 1) for i in range(2)]",
+                 "run = lambda: check.true('a', f())\nrun()"):
+        with pytest.raises(trusted.TestCellNotSupported, match="inside a function"):
+            trusted.rewrite_test_cell("check = Checks('x')\n" + body, "grade")
+    code, _ = trusted.rewrite_test_cell("check = Checks('x')\nfor i in range(2):\n    check.close(f'a{i}', f(), 1)",
+                                        "grade")
+    assert "__ac_record__(1, 'close', f'a{i}', f())" in code

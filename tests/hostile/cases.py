@@ -460,6 +460,27 @@ def dot_product_variance(d, num_samples=20000, scaled=False, generator=None):
     raise ValueError("EXFIL:" + blob)
 """
 
+# sdpa without any input validation (a real mistake: the hidden raises checks fail); under the grader it
+# swaps the raises recorder for a wrapper that forwards a function raising the "right" error, so bad input
+# looks rejected: the recorder accepts calls from the test cell's own code only, the forwarded ones are refused
+RECORDER_FORWARD = """
+import os, sys
+def scaled_dot_product_attention(queries, keys, values, mask=None):
+    if os.environ.get("ATTENTION_COURSE_GRADING") == "sandbox":
+        ns = sys._getframe(1).f_globals
+        real = ns.get("__ac_raises__")
+        if real is not None and not getattr(real, "bent", False):
+            def bent(site, check_id, fn, *args, **kwargs):
+                kind = TypeError if "integer" in str(check_id) else ValueError
+                def refuse(*a, **k):
+                    raise kind("queries, keys and values must be float tensors of matching sizes")
+                return real(site, check_id, refuse)
+            bent.bent = True
+            ns["__ac_raises__"] = bent
+    weights = masked_softmax(dot_score(queries, keys) / math.sqrt(queries.shape[-1]), mask=mask)
+    return weights @ values, weights
+"""
+
 DEEP_JSON_OUTPUT = """
 from IPython.display import display
 deep = "bottom"
@@ -633,6 +654,11 @@ CASES = [
          "so those results claim float32: the dtype comes from the storage, the hidden float32 checks fail",
          lambda ctx: insert_after(reference(ctx), "scaled_dot_product_attention", DTYPE_BENT),
          "graded", FULL - 5, failing=("test_sdpa_hidden",)),
+    Case("recorder_forwarding", "sdpa without input validation that, under the grader, swaps the raises "
+         "recorder for a wrapper forwarding a function that raises the expected error: refused, the hidden "
+         "raises checks fail",
+         lambda ctx: insert_after(reference(ctx), "scaled_dot_product_attention", RECORDER_FORWARD),
+         "graded", FULL - 5, failing=("test_sdpa_hidden",), outputs_contain=("[check record refused",)),
     Case("pre_run_cell_exfiltration", "a pre_run_cell hook keeps the hidden test cells' source; a visible test's "
          "function raises it zlib-compressed and base64-encoded: the feedback carries no learner text",
          lambda ctx: insert_after(reference(ctx), "dot_product_variance", PRE_RUN_EXFILTRATE),
