@@ -43,6 +43,7 @@ import traceback
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from . import results
 from .course import Course
 
 ENGINE_MODULE = "autograder.isolation"
@@ -141,14 +142,11 @@ def submission_key(task: Task, source_bytes: bytes, code_hash: str, limits_repr:
 
 
 def failed_result(task: Task, reason: str) -> dict:
-    return {"student": task.student, "chapter": task.chapter, "status": "failed", "reason": reason,
-            "flags": [], "score": 0.0, "max_score": 0.0, "cells": {}, "executed_notebook": None, "seconds": 0.0}
+    return results.new(task.student, task.chapter, "failed", reason)
 
 
 def missing_result(task: Task, max_score: float) -> dict:
-    return {"student": task.student, "chapter": task.chapter, "status": "zero",
-            "reason": "no notebook submitted", "flags": [], "score": 0.0, "max_score": max_score,
-            "cells": {}, "executed_notebook": None, "seconds": 0.0}
+    return results.new(task.student, task.chapter, "zero", "no notebook submitted", max_score)
 
 
 # ----------------------------------------------------------------------------------------------------

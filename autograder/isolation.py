@@ -65,7 +65,7 @@ import nbformat
 
 from attention_course.cells import RECORD_MIME, grade_id, graded_cells, is_graded_test, is_setup, is_solution
 
-from . import intake, sandbox, structure, trusted
+from . import intake, results, sandbox, structure, trusted
 from .course import Course
 from .trusted import feedback_html  # noqa: F401 - part of this module's interface
 
@@ -369,8 +369,7 @@ class Engine:
 
     def grade(self, chapter: str, submission: Path, student: str) -> dict:
         started = time.monotonic()
-        result = {"student": student, "chapter": chapter, "status": "graded", "reason": "", "flags": [],
-                  "score": 0.0, "max_score": 0.0, "cells": {}, "executed_notebook": None, "seconds": 0.0}
+        result = results.new(student, chapter)
         try:
             self._grade(chapter, Path(submission), result)
         except GraderError as exc:
@@ -393,10 +392,7 @@ class Engine:
             graded = self._graded_cells(chapter)
         except Exception:  # noqa: BLE001
             graded = []
-        result["cells"] = {gid: {"score": 0.0, "max_score": pts, "passed": False, "messages": [message]}
-                           for gid, pts in graded}
-        result["score"] = 0.0
-        result["max_score"] = float(sum(pts for _, pts in graded))
+        results.zero_cells(result, graded, message)
 
     def _grade(self, chapter: str, submission: Path, result: dict) -> None:
         src_path = self.course.source_notebook(chapter)
@@ -426,10 +422,8 @@ class Engine:
             self._zero_cells(chapter, result, f"not graded: {result['reason']}")
             return
         leaks = trusted.LeakFilter([c.source for c in source.cells if is_graded_test(c) and trusted.is_hidden(c.source)])
-        result["cells"] = _decide(prof, executed, fixed.tests, self._graded_cells(chapter), leaks,
-                                  self.limits.cell_timeout_s)
-        result["score"] = float(sum(c["score"] for c in result["cells"].values()))
-        result["max_score"] = float(sum(c["max_score"] for c in result["cells"].values()))
+        results.set_cells(result, _decide(prof, executed, fixed.tests, self._graded_cells(chapter), leaks,
+                                          self.limits.cell_timeout_s))
 
 
 def _clean_output(o) -> dict | None:
@@ -494,7 +488,7 @@ def _decide(prof: dict, executed: nbformat.NotebookNode, tests: dict[str, int],
                                                cell_timeout_s)
         if leak_filter is not None:
             messages = leak_filter.clean(messages)
-        out[gid] = {"score": pts if passed else 0.0, "max_score": pts, "passed": passed, "messages": messages}
+        out[gid] = results.cell(passed, pts, messages)
     return out
 
 

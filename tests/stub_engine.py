@@ -11,6 +11,7 @@ from pathlib import Path
 import nbformat
 
 from attention_course.cells import graded_cells
+from autograder import results
 
 
 @dataclass
@@ -35,11 +36,9 @@ class Engine:
             marker.touch()
             os._exit(3)
         src = nbformat.read(self.root / "solutions" / chapter / f"{chapter}.ipynb", as_version=4)
-        cells = {gid: {"score": pts, "max_score": pts, "passed": True, "messages": []}
-                 for gid, pts in graded_cells(src)}
-        total = sum(v["score"] for v in cells.values())
-        return {"student": student, "chapter": chapter, "status": "graded", "reason": "", "flags": [],
-                "score": total, "max_score": total, "cells": cells, "executed_notebook": None, "seconds": 0.0}
+        result = results.new(student, chapter)
+        results.set_cells(result, {gid: results.cell(True, pts, []) for gid, pts in graded_cells(src)})
+        return result
 
 
 def feedback_html(result: dict) -> str:
