@@ -35,3 +35,15 @@ def records_in(cell) -> list[dict]:
             if isinstance(rec, dict):
                 found.append(rec)
     return found
+
+
+def points(cell) -> float:
+    return float(nbgrader_meta(cell).get("points", 0) or 0)
+
+
+def graded_cells(nb) -> list[tuple[str, float]]:
+    """The graded test cells of a notebook, in order, with their points: ``[(grade_id, points), ...]``.
+
+    The one definition of what a chapter grades and of its maximum score (``sum`` of the points).
+    """
+    return [(grade_id(c), points(c)) for c in nb.cells if is_graded_test(c)]

@@ -5,7 +5,7 @@ A test cell creates ``check = Checks("<its grade_id>")`` and calls one method pe
 1. encodes the learner's value (``got``) and the test's parameters with :mod:`.encoding` (no pickle),
 2. emits them as a display record (MIME ``application/vnd.attention-course.check+json``, with a
    one-line text fallback the learner sees),
-3. decides it with :mod:`.verdicts` and raises :class:`CheckFailed` naming the symptom.
+3. decides it as the kind's row of :mod:`.kinds` says (a verdict of :mod:`.verdicts`) and raises :class:`CheckFailed` naming the symptom.
 
 Step 3 gives instant feedback in the learner's kernel and makes stock ``nbgrader autograde`` work. Step 2
 lets a trusted grader re-decide every check outside the kernel: it takes ``got`` from the learner's
@@ -23,9 +23,9 @@ from __future__ import annotations
 import os
 import zlib
 
-from . import verdicts
 from .cells import RECORD_MIME
 from .encoding import decode, encode
+from .kinds import REGISTRY, call_outcome, decide
 from .runtime import current_chapter, seed_everything
 
 
@@ -66,28 +66,29 @@ class Checks:
         if os.environ.get("ATTENTION_COURSE_CELL_SEEDING") != "engine":
             seed_everything(zlib.crc32(cell_id.encode()))
 
-    def _run(self, check_id: str, kind: str, got, params: dict, describe: str) -> None:
+    def _run(self, check_id: str, kind: str, got, params: dict, describe: str | None) -> None:
+        spec = REGISTRY[kind]
         if check_id in self._seen:
             raise ValueError(f"check id {check_id!r} used twice in cell {self.cell_id!r}")
         self._seen.add(check_id)
+        describe = describe or spec.describe.format(check_id=check_id, **params)
         got_enc = encode(got)
-        params_enc = {k: encode(v) if k == "want" else v for k, v in params.items()}
-        record = {"cell": self.cell_id, "check": check_id, "kind": kind, "got": got_enc,
-                  "params": params_enc}
+        params_enc = {k: encode(v) if k == spec.expected else v for k, v in params.items()}
+        record = {"cell": self.cell_id, "check": check_id, "kind": kind, "got": got_enc, "params": params_enc}
         if grading_mode() == "reference" and torch_device_type(got) == "meta":
             # A device audit: values do not exist on the meta device; only where results live is checked.
             _emit(record, f"recorded: {describe}")
             return
-        if kind == "matches_reference" and grading_mode() in ("reference", "sandbox"):
+        if spec.needs_reference and grading_mode() in ("reference", "sandbox"):
             _emit(record, f"recorded: {describe}")
             return
         reference = None
-        if kind == "matches_reference":
+        if spec.needs_reference:
             from .expected import reference_value
 
             reference = reference_value(current_chapter(), self.cell_id, check_id)
-        decoded_params = {k: decode(v) if k == "want" else v for k, v in params_enc.items()}
-        verdict = verdicts.decide(kind, decode(got_enc), decoded_params, reference)
+        decoded_params = {k: decode(v) if k == spec.expected else v for k, v in params_enc.items()}
+        verdict = decide(kind, decode(got_enc), decoded_params, reference)
         _emit(record, ("✓ " if verdict.passed else "✗ ") + describe)
         if not verdict.passed:
             raise CheckFailed(f"{describe}: {verdict.message}")
@@ -96,40 +97,40 @@ class Checks:
               check_dtype: bool = True, describe: str | None = None) -> None:
         """``got`` equals ``want`` within the dtype's tolerance (shape, dtype and NaN pattern too)."""
         self._run(check_id, "close", got, {"want": want, "rtol": rtol, "atol": atol, "hint": hint,
-                                           "check_dtype": check_dtype},
-                  describe or f"{check_id}: values match")
+                                           "check_dtype": check_dtype}, describe)
 
     def matches_reference(self, check_id: str, got, *, rtol=None, atol=None, hint: str = "",
                           check_dtype: bool = True, describe: str | None = None) -> None:
         """``got`` equals the reference solution's value for the same expression (hidden tests only)."""
         self._run(check_id, "matches_reference", got,
-                  {"rtol": rtol, "atol": atol, "hint": hint, "check_dtype": check_dtype},
-                  describe or f"{check_id}: matches the reference")
+                  {"rtol": rtol, "atol": atol, "hint": hint, "check_dtype": check_dtype}, describe)
+
+    def equals(self, check_id: str, got, want, *, hint: str = "", describe: str | None = None) -> None:
+        """``got`` is the plain Python value ``want`` (a yes/no answer, a count): same type, same value.
+
+        Prefer it to ``true(f(x) is True)``: under the isolated grader ``want`` never exists in the learner's
+        process, so neither the function nor the test line can tell which answer is expected.
+        """
+        self._run(check_id, "equals", got, {"want": want, "hint": hint}, describe)
 
     def sums_to_one(self, check_id: str, weights, *, dim: int = -1, hint: str = "",
                     describe: str | None = None) -> None:
-        self._run(check_id, "sums_to_one", weights, {"dim": dim, "hint": hint},
-                  describe or f"{check_id}: weights sum to 1 along dim {dim}")
+        self._run(check_id, "sums_to_one", weights, {"dim": dim, "hint": hint}, describe)
 
     def shape(self, check_id: str, got, shape, *, hint: str = "", describe: str | None = None) -> None:
         self._run(check_id, "shape", got, {"shape": [int(s) for s in shape], "hint": hint},
                   describe or f"{check_id}: shape is {tuple(shape)}")
 
     def finite(self, check_id: str, got, *, hint: str = "", describe: str | None = None) -> None:
-        self._run(check_id, "finite", got, {"hint": hint}, describe or f"{check_id}: no NaN or inf")
+        self._run(check_id, "finite", got, {"hint": hint}, describe)
 
     def true(self, check_id: str, condition, *, hint: str = "", describe: str | None = None) -> None:
         """A plain ``True``; prefer the numeric checks, whose values the grader can re-examine."""
-        self._run(check_id, "true", condition, {"hint": hint}, describe or check_id)
+        self._run(check_id, "true", condition, {"hint": hint}, describe)
 
     def raises(self, check_id: str, fn, *args, types=(ValueError, TypeError), match: str | None = None,
                hint: str = "", describe: str | None = None, **kwargs) -> None:
         """Calling ``fn(*args, **kwargs)`` raises one of ``types`` whose message mentions ``match``."""
-        outcome = {"raised": None, "message": ""}
-        try:
-            fn(*args, **kwargs)
-        except Exception as exc:  # noqa: BLE001 - the outcome is what we record
-            outcome = {"raised": type(exc).__name__, "message": str(exc)[:500]}
         names = [t.__name__ for t in types]
-        self._run(check_id, "raises", outcome, {"types": names, "match": match, "hint": hint},
+        self._run(check_id, "raises", call_outcome(fn, args, kwargs), {"types": names, "match": match, "hint": hint},
                   describe or f"{check_id}: bad input is rejected with {' or '.join(names)}")

@@ -1,6 +1,6 @@
 """The decisions behind every check, as pure functions of decoded values.
 
-The same function decides a check twice: in the learner's kernel, for instant feedback, and in the
+:mod:`.kinds` says which of these decides which check kind. The same function decides a check twice: in the learner's kernel, for instant feedback, and in the
 trusted grading process, on the values the kernel recorded against the values a clean run of the
 reference produced. Nothing here imports torch or calls anything a learner could have patched.
 
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .encoding import DecodedTensor, Unsupported
+from .encoding import PYTHON_NAMES, SUBCLASS, DecodedTensor, Unsupported
 
 # (rtol, atol) by dtype: float64 is held tight; float32 allows for a GPU's different summation order.
 TOLERANCES = {
@@ -41,6 +41,8 @@ def _fail(message: str, hint: str = "") -> Verdict:
 def _as_numbers(value):
     """A decoded value as (ndarray, dtype name, type problem or None)."""
     if isinstance(value, Unsupported):
+        if value.type_name == SUBCLASS:
+            return None, None, "got a tensor subclass; return a plain torch.Tensor"
         return None, None, f"got a {value.type_name}, not a tensor or number"
     if isinstance(value, DecodedTensor):
         if value.type_name not in ("Tensor", "Parameter"):
@@ -159,6 +161,24 @@ def is_finite(got, hint: str = "") -> Verdict:
     return PASS
 
 
+def equals(got, want, hint: str = "") -> Verdict:
+    """``got`` is the plain value ``want`` (a yes/no answer, a count, a name): same type, same value.
+
+    Ints and floats compare by value; anything else must have ``want``'s type. The message never says what
+    ``want`` is (a hidden yes/no answer is one bit: naming it would give it away).
+    """
+    if isinstance(got, (DecodedTensor, np.ndarray, Unsupported)) or type(got) not in (bool, int, float, str,
+                                                                                      type(None)):
+        what = got.type_name if isinstance(got, Unsupported) else type(got).__name__
+        if isinstance(got, DecodedTensor):
+            what = "tensor"
+        return _fail(f"expected a plain Python {type(want).__name__}, got a {what}", hint)
+    numbers = (int, float)
+    if type(got) is type(want) or (type(got) in numbers and type(want) in numbers):
+        return PASS if got == want else _fail("the answer is wrong", hint)
+    return _fail(f"expected a plain Python {type(want).__name__}, got {type(got).__name__}", hint)
+
+
 def is_true(got, hint: str = "") -> Verdict:
     if got is True:
         return PASS
@@ -173,6 +193,10 @@ def raised(got, expected_types, match: str | None = None, hint: str = "") -> Ver
         return _fail("no outcome was recorded", hint)
     name, message = got.get("raised"), str(got.get("message", ""))
     wanted = " or ".join(expected_types)
+    if name is not None and not isinstance(name, str):
+        return _fail("no outcome was recorded", hint)
+    if name is not None and name not in PYTHON_NAMES and name not in expected_types:
+        name = "an exception of its own class"  # a learner's class name is text the learner chose: never shown
     if name is None:
         return _fail(f"bad input was accepted silently; raise {wanted} with a clear message", hint)
     if name not in expected_types:
@@ -180,27 +204,3 @@ def raised(got, expected_types, match: str | None = None, hint: str = "") -> Ver
     if match and match.lower() not in message.lower():
         return _fail(f"the {name} message should mention '{match}'", hint)
     return PASS
-
-
-def decide(kind: str, got, params: dict, reference=None) -> Verdict:
-    """Decide one check. ``params`` come from the trusted side; ``reference`` is the reference's ``got``."""
-    hint = params.get("hint", "")
-    if kind == "close":
-        return compare(got, params["want"], params.get("rtol"), params.get("atol"), hint,
-                       params.get("check_dtype", True))
-    if kind == "matches_reference":
-        if reference is None:
-            return _fail("internal error: no reference value for this check")
-        return compare(got, reference, params.get("rtol"), params.get("atol"), hint,
-                       params.get("check_dtype", True))
-    if kind == "sums_to_one":
-        return sums_to_one(got, params.get("dim", -1), hint)
-    if kind == "shape":
-        return has_shape(got, params["shape"], hint)
-    if kind == "finite":
-        return is_finite(got, hint)
-    if kind == "true":
-        return is_true(got, hint)
-    if kind == "raises":
-        return raised(got, params["types"], params.get("match"), hint)
-    return _fail(f"internal error: unknown check kind {kind!r}")

@@ -43,6 +43,7 @@ import traceback
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from . import results
 from .course import Course
 
 ENGINE_MODULE = "autograder.isolation"
@@ -195,14 +196,11 @@ def outputs_current(course: Course, done: dict[tuple[str, str], str], report: bo
 
 
 def failed_result(task: Task, reason: str) -> dict:
-    return {"student": task.student, "chapter": task.chapter, "status": "failed", "reason": reason,
-            "flags": [], "score": 0.0, "max_score": 0.0, "cells": {}, "executed_notebook": None, "seconds": 0.0}
+    return results.new(task.student, task.chapter, "failed", reason)
 
 
 def missing_result(task: Task, max_score: float) -> dict:
-    return {"student": task.student, "chapter": task.chapter, "status": "zero",
-            "reason": "no notebook submitted", "flags": [], "score": 0.0, "max_score": max_score,
-            "cells": {}, "executed_notebook": None, "seconds": 0.0}
+    return results.new(task.student, task.chapter, "zero", "no notebook submitted", max_score)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -817,12 +815,13 @@ def _grade_into(writer, course: Course, tasks: list[Task], sources: dict, backen
     import nbformat
     from tqdm import tqdm
 
+    from attention_course.cells import graded_cells
+
     max_scores = {}
     for ch in sorted({t.chapter for t in tasks}):
         nb = nbformat.reads(sources[ch].decode(), as_version=4)
         writer.register_chapter(ch, nb)
-        max_scores[ch] = sum(float(c.metadata.get("nbgrader", {}).get("points", 0)) for c in nb.cells
-                             if c.metadata.get("nbgrader", {}).get("grade"))
+        max_scores[ch] = sum(pts for _, pts in graded_cells(nb))
     done = {} if force else writer.done_keys()
     todo = [t for t in tasks if done.get((t.student, t.chapter)) != t.key]
     summary.up_to_date = len(tasks) - len(todo)

@@ -63,13 +63,13 @@ from pathlib import Path
 
 import nbformat
 
-from attention_course.cells import RECORD_MIME, grade_id, is_graded_test, is_setup, is_solution, nbgrader_meta
+from attention_course.cells import RECORD_MIME, grade_id, graded_cells, is_graded_test, is_setup, is_solution
 
-from . import sandbox, structure, trusted
+from . import intake, results, sandbox, structure, trusted
 from .course import Course
 from .trusted import feedback_html  # noqa: F401 - part of this module's interface
 
-ENGINE_VERSION = "isolation-6"
+ENGINE_VERSION = "isolation-7"  # 7: yes/no checks decided as `equals`, records validated by their bytes
 SEED_BASES = (1_000_003, 2_000_029)  # the grading seed, and the one the reference is re-run with
 
 
@@ -369,8 +369,7 @@ class Engine:
 
     def grade(self, chapter: str, submission: Path, student: str) -> dict:
         started = time.monotonic()
-        result = {"student": student, "chapter": chapter, "status": "graded", "reason": "", "flags": [],
-                  "score": 0.0, "max_score": 0.0, "cells": {}, "executed_notebook": None, "seconds": 0.0}
+        result = results.new(student, chapter)
         try:
             self._grade(chapter, Path(submission), result)
         except GraderError as exc:
@@ -386,26 +385,22 @@ class Engine:
 
     def _graded_cells(self, chapter: str) -> list[tuple[str, float]]:
         source = nbformat.read(self.course.source_notebook(chapter), as_version=4)
-        return [(grade_id(c), float(nbgrader_meta(c).get("points", 0) or 0)) for c in source.cells
-                if is_graded_test(c)]
+        return graded_cells(source)
 
     def _zero_cells(self, chapter: str, result: dict, message: str) -> None:
         try:
             graded = self._graded_cells(chapter)
         except Exception:  # noqa: BLE001
             graded = []
-        result["cells"] = {gid: {"score": 0.0, "max_score": pts, "passed": False, "messages": [message]}
-                           for gid, pts in graded}
-        result["score"] = 0.0
-        result["max_score"] = float(sum(pts for _, pts in graded))
+        results.zero_cells(result, graded, message)
 
     def _grade(self, chapter: str, submission: Path, result: dict) -> None:
         src_path = self.course.source_notebook(chapter)
         if not src_path.is_file():
             raise GraderError(f"unknown chapter {chapter!r}")
         try:
-            nb = structure.load_submission(submission, chapter)
-        except structure.Unusable as exc:
+            nb, intake_flags = intake.read_submission(submission, chapter)
+        except intake.Unusable as exc:
             result.update(status="zero", reason=str(exc))
             self._zero_cells(chapter, result, f"not graded: {exc}")
             return
@@ -414,8 +409,10 @@ class Engine:
         release = nbformat.read(release_path, as_version=4) if release_path.is_file() else None
         prof = self.profile(chapter)
         fixed = structure.repair(nb, source, release)
-        result["flags"] = fixed.flags
+        result["flags"] = intake_flags + fixed.flags
         report = self._run(self._job(self._cells_to_run(fixed.nb, fixed.tests, prof), "grade", self.limits))
+        report, output_flags = intake.clean_report(report)  # learner-controlled: encodable, bounded depth
+        result["flags"] += output_flags
         if report.get("status") == "error":
             raise GraderError(report.get("reason", "sandbox error"))
         executed = _merge_outputs(fixed.nb, report)
@@ -425,10 +422,8 @@ class Engine:
             self._zero_cells(chapter, result, f"not graded: {result['reason']}")
             return
         leaks = trusted.LeakFilter([c.source for c in source.cells if is_graded_test(c) and trusted.is_hidden(c.source)])
-        result["cells"] = _decide(prof, executed, fixed.tests, self._graded_cells(chapter), leaks,
-                                  self.limits.cell_timeout_s)
-        result["score"] = float(sum(c["score"] for c in result["cells"].values()))
-        result["max_score"] = float(sum(c["max_score"] for c in result["cells"].values()))
+        results.set_cells(result, _decide(prof, executed, fixed.tests, self._graded_cells(chapter), leaks,
+                                          self.limits.cell_timeout_s))
 
 
 def _clean_output(o) -> dict | None:
@@ -493,7 +488,7 @@ def _decide(prof: dict, executed: nbformat.NotebookNode, tests: dict[str, int],
                                                cell_timeout_s)
         if leak_filter is not None:
             messages = leak_filter.clean(messages)
-        out[gid] = {"score": pts if passed else 0.0, "max_score": pts, "passed": passed, "messages": messages}
+        out[gid] = results.cell(passed, pts, messages)
     return out
 
 

@@ -16,7 +16,7 @@ import re
 from collections import Counter, defaultdict
 from pathlib import Path
 
-from attention_course.cells import grade_id, is_graded_test, nbgrader_meta
+from attention_course.cells import graded_cells
 
 from .course import Course
 
@@ -32,8 +32,7 @@ def exercise_order(course: Course, chapters: list[str]) -> dict[str, list[tuple[
         path = course.source_notebook(chapter)
         if path.is_file():
             nb = nbformat.read(path, as_version=4)
-            order[chapter] = [(grade_id(c), float(nbgrader_meta(c).get("points", 0))) for c in nb.cells
-                              if is_graded_test(c)]
+            order[chapter] = graded_cells(nb)
         else:
             order[chapter] = []
     return order

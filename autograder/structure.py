@@ -1,7 +1,7 @@
 """Reading a submitted notebook safely and restoring the structure the course owns.
 
 :func:`load_submission` turns a file into a notebook or an :class:`Unusable` with a clear reason (wrong
-file name, empty file, malformed JSON, not a notebook, too large).
+file name, empty file, malformed JSON, not a notebook, too large): :mod:`autograder.intake` does the reading.
 
 :func:`repair` rebuilds the notebook to execute from the chapter's source notebook (``solutions/``, hidden
 tests included) and the submission:
@@ -21,7 +21,6 @@ tests included) and the submission:
 from __future__ import annotations
 
 import copy
-import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,61 +29,14 @@ import nbformat
 
 from attention_course.cells import grade_id, is_graded_test, is_solution, nbgrader_meta
 
-MAX_NOTEBOOK_BYTES = 50 << 20
+from .intake import MAX_NOTEBOOK_BYTES, Unusable, read_submission  # noqa: F401 - part of this interface
+
 HIDDEN_RE = re.compile(r"^[^\n]*BEGIN HIDDEN TESTS[^\n]*\n.*?^[^\n]*END HIDDEN TESTS[^\n]*(\n|$)", re.S | re.M)
 
 
-class Unusable(Exception):
-    """The submission cannot be graded at all; ``str(exc)`` is the reason shown to the learner."""
-
-
 def load_submission(path: Path, chapter: str) -> nbformat.NotebookNode:
-    path = Path(path)
-    expected = f"{chapter}.ipynb"
-    if path.name != expected:
-        raise Unusable(f"wrong file name: expected {expected}, got {path.name}")
-    try:
-        size = path.stat().st_size
-    except OSError:
-        raise Unusable("file not found") from None
-    if size == 0:
-        raise Unusable("empty file")
-    if size > MAX_NOTEBOOK_BYTES:
-        raise Unusable(f"file too large ({size >> 20} MB; the limit is {MAX_NOTEBOOK_BYTES >> 20} MB)")
-    raw = path.read_bytes()
-    if not raw.strip():
-        raise Unusable("empty file")
-    try:
-        data = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError, RecursionError):
-        raise Unusable("malformed JSON") from None
-    if not isinstance(data, dict) or not isinstance(data.get("cells"), list):
-        raise Unusable("not a notebook (no list of cells)")
-    cells = []
-    for c in data["cells"]:
-        if not isinstance(c, dict) or c.get("cell_type") not in ("code", "markdown", "raw"):
-            raise Unusable("not a notebook (a cell without a valid cell_type)")
-        src = c.get("source", "")
-        if isinstance(src, list):
-            if not all(isinstance(s, str) for s in src):
-                raise Unusable("not a notebook (a cell's source is not text)")
-            src = "".join(src)
-        if not isinstance(src, str):
-            raise Unusable("not a notebook (a cell's source is not text)")
-        meta = c.get("metadata") if isinstance(c.get("metadata"), dict) else {}
-        if not isinstance(meta.get("nbgrader", {}), dict):
-            meta = {k: v for k, v in meta.items() if k != "nbgrader"}
-        if c["cell_type"] == "code":
-            cell = nbformat.v4.new_code_cell(src, metadata=meta)
-        elif c["cell_type"] == "markdown":
-            cell = nbformat.v4.new_markdown_cell(src, metadata=meta)
-        else:
-            cell = nbformat.v4.new_raw_cell(src, metadata=meta)
-        if isinstance(c.get("id"), str):
-            cell.id = c["id"]
-        cells.append(cell)
-    meta = data.get("metadata") if isinstance(data.get("metadata"), dict) else {}
-    return _notebook(cells, meta)
+    """The submitted notebook (see :func:`autograder.intake.read_submission`, which also gives its flags)."""
+    return read_submission(path, chapter)[0]
 
 
 def _notebook(cells: list, metadata: dict) -> nbformat.NotebookNode:

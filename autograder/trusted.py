@@ -25,56 +25,52 @@ falls back to a *conservative* rewrite that keeps that cell's expected values in
 
 What a learner's process can and cannot do
 -------------------------------------------
-Everything the kernel reports (outputs, records, even the final result frame) comes from a process the
-learner controls, so the decision trusts only the *values* recorded, never a verdict, kind, parameter or
-expected value. Patching numpy/torch/builtins, rigged ``__eq__``, tensor subclasses (rejected by exact type),
-edits to ``sys.modules`` or the check library, fake records and forged results therefore cannot turn a wrong
-value into points: a check with a reproducible expected value (``close`` against a fixed value,
-``matches_reference``) passes only if the recorded value *is* right, and the right value never exists in the
-learner's process unless the learner's code computed it. Limits, stated plainly: a learner who tampers with
-the recorder can pass self-consistency checks (they compare the learner's values with each other) and
-property checks (shape, sums_to_one, finite, true, raises) by fabricating a value with the property, and can
-pass a visible check by reproducing the value the visible test shows, exactly as hardcoding it in the
-function would. Hidden checks against reference values are what prove an answer right.
+(The whole trust model, with its limits, is in ``autograder/TRUST.md``.) Everything the kernel reports
+(outputs, records, even the final result frame) comes from a process the learner controls, so the decision
+trusts only the *values* recorded, never a verdict, kind, parameter or expected value, and those values only
+as far as :func:`attention_course.encoding.validate` can prove them: a tensor's dtype and shape must be what
+its bytes are. Patching numpy/torch/builtins or ``torch.Tensor.dtype``, rigged ``__eq__``, tensor subclasses
+(rejected by exact type), edits to ``sys.modules`` or the check library, fake records and forged results
+therefore cannot turn a wrong value into points: a check with a reproducible expected value (``close``,
+``equals``, ``matches_reference``) passes only if the recorded value *is* right, and the right value never
+exists in the learner's process unless the learner's code computed it. Yes/no questions written
+``check.true(id, f(x) is False)`` (or ``== literal``) are rewritten to ``equals`` (:func:`_as_equals`), so their
+answer is not in the kernel either. Limits, stated plainly: a learner who tampers with the recorder can pass
+self-consistency checks and property checks (shape, sums_to_one, finite, raises, and ``true`` on any other
+condition) by fabricating a value with the property, and can pass a visible check by reproducing the value
+the visible test shows, exactly as hardcoding it in the function would. Hidden checks against reference
+values are what prove an answer right.
 
 The trusted decision
 --------------------
 For each graded test cell: the check keys the reference produced for that cell (``"<cell>/<check>"``),
 each with the reference's kind and parameters. The cell passes iff it ran without error and every one of
-those keys was recorded exactly once by that cell and ``verdicts.decide(kind, learner got, reference
-params, reference got)`` passes. Records are read only from that cell's own outputs and only for that cell's
-grade_id. Records with the same key: the recorder records each key once, so a second record means the
-notebook emitted a fake one, printed before the check ran or after it; neither the first nor the last is
-trusted and the check fails ("recorded 2 times"). A missing key fails ("did not run"). Nothing is taken
-from the learner's record but the value, and that only after :func:`sanitize_value`.
+those keys was recorded exactly once by that cell and the kind's verdict (:func:`attention_course.kinds.decide`
+on the learner's value, the reference's parameters and the reference's value) passes. Records are read only
+from that cell's own outputs and only for that cell's grade_id. Records with the same key: the recorder
+records each key once, so a second record means the notebook emitted a fake one, printed before the check
+ran or after it; neither the first nor the last is trusted and the check fails ("recorded 2 times"). A
+missing key fails ("did not run"). Nothing is taken from the learner's record but the value, and that only
+after :func:`attention_course.encoding.validate`.
 
-Feedback never contains hidden test source, expected values or hidden inputs: messages are the grader's
-own words and the verdicts' symptom texts (with the authors' hints), prefixed by the check id in visible
-cells and by "hidden check N" in hidden ones, where sizes, shapes and ratios are redacted
-(:func:`redact_hidden`). Learner-controlled names (exception and type names, which a learner can set to
-text read from a hidden test while it ran) appear only if they are Python's own; for an error in a hidden
-cell only the exception type is shown; a visible cell's exception message (200 characters at most) is shown
-unless it quotes hidden test code (:class:`LeakFilter`). The executed notebook, like nbgrader's autograded
-notebook, holds the hidden tests and everything the kernel printed: it is for instructors only.
+Feedback carries trusted text only: the grader's own sentences, the verdicts' symptom texts (with the
+authors' hints), Python's own exception names, and reasons and flags that describe the submitted file;
+never text the learner's process produced (an exception message, something printed, a class name), however
+it is encoded. Messages are prefixed by the check id in visible cells and by "hidden check N" in hidden
+ones, where sizes, shapes and ratios are redacted (:func:`redact_hidden`). :class:`LeakFilter` remains as a
+second line. The executed notebook, like nbgrader's autograded notebook, holds the hidden tests and
+everything the kernel printed: it is for instructors only.
 """
 from __future__ import annotations
 
 import ast
 import html
-import inspect
 import re
 
-from attention_course import verdicts
-from attention_course.encoding import decode
+from attention_course.encoding import PYTHON_NAMES, decode, validate
+from attention_course.kinds import REGISTRY, decide
 
-def _kinds() -> tuple[str, ...]:
-    from attention_course.checks import Checks
-
-    return tuple(n for n in vars(Checks) if not n.startswith("_") and callable(getattr(Checks, n)))
-
-
-KINDS = _kinds()  # every public method of Checks is a check
-RAISES_RESERVED = {"types", "match", "hint", "describe"}
+KINDS = tuple(REGISTRY)
 HIDDEN_BEGIN = "BEGIN HIDDEN TESTS"
 
 
@@ -82,17 +78,14 @@ class TestCellNotSupported(Exception):
     """A graded test cell uses the check library in a way the rewriter cannot make safe."""
 
 
-def _signatures() -> dict[str, list[str]]:
-    from attention_course.checks import Checks
-
-    out = {}
-    for kind in KINDS:
-        params = list(inspect.signature(getattr(Checks, kind)).parameters.values())[1:]
-        out[kind] = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    return out
+def _signature(kind: str) -> list[str]:
+    return ["check_id", *REGISTRY[kind].args]
 
 
-_SIGS = _signatures()
+def _reserved(kind: str) -> set[str]:
+    """Keyword arguments of a call-kind check that belong to the check, not to the function it calls."""
+    spec = REGISTRY[kind]
+    return {*spec.options, *spec.shown}
 
 
 def _is_checks_ctor(node) -> bool:
@@ -118,8 +111,16 @@ def _is_check_call(node, names) -> bool:
             and isinstance(node.func.value, ast.Name) and node.func.value.id in names)
 
 
+_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef, ast.ListComp, ast.SetComp,
+           ast.DictComp, ast.GeneratorExp)
+
+
 def _check_calls(tree, names) -> list[ast.Call]:
     calls = [n for n in ast.walk(tree) if _is_check_call(n, names)]
+    for scope in (n for n in ast.walk(tree) if isinstance(n, _SCOPES)):
+        if any(_is_check_call(n, names) for n in ast.walk(scope)):
+            # the kernel's recorder accepts calls from the cell's top-level code only (see the sandbox)
+            raise TestCellNotSupported("a check call inside a function, lambda, class or comprehension")
     for call in calls:
         for arg in [*call.args, *[k.value for k in call.keywords]]:
             if any(_is_check_call(n, names) for n in ast.walk(arg)):
@@ -132,31 +133,32 @@ def _record_call(call: ast.Call, site: int, keep_want: set[int]) -> ast.Call:
     kind = call.func.attr
     if any(isinstance(a, ast.Starred) for a in call.args) or any(k.arg is None for k in call.keywords):
         raise TestCellNotSupported(f"check.{kind}(...) with *args or **kwargs")
-    sig = _SIGS[kind]
+    spec = REGISTRY[kind]
+    sig = _signature(kind)
     bound: dict[str, ast.expr] = {}
     extra_args, extra_kw = [], []
     for i, a in enumerate(call.args):
         if i < len(sig):
             bound[sig[i]] = a
-        elif kind == "raises":
+        elif spec.calls:
             extra_args.append(a)
         else:
             raise TestCellNotSupported(f"too many arguments to check.{kind}")
     for k in call.keywords:
         if k.arg in sig:
             bound[k.arg] = k.value
-        elif kind == "raises" and k.arg not in RAISES_RESERVED:
+        elif spec.calls and k.arg not in _reserved(kind):
             extra_kw.append(k)
     if "check_id" not in bound or len(sig) < 2 or sig[1] not in bound:
         raise TestCellNotSupported(f"check.{kind}(...) without a check id and a value")
-    if kind == "raises":
+    if spec.calls:
         return ast.Call(func=ast.Name("__ac_raises__", ast.Load()),
-                        args=[ast.Constant(site), bound["check_id"], bound["fn"], *extra_args], keywords=extra_kw)
+                        args=[ast.Constant(site), bound["check_id"], bound[sig[1]], *extra_args], keywords=extra_kw)
     args = [ast.Constant(site), ast.Constant(kind), bound["check_id"], bound[sig[1]]]
-    if kind == "close" and site in keep_want:
-        if "want" not in bound:
-            raise TestCellNotSupported("check.close(...) without want")
-        args.append(bound["want"])
+    if spec.expected and site in keep_want:
+        if spec.expected not in bound:
+            raise TestCellNotSupported(f"check.{kind}(...) without {spec.expected}")
+        args.append(bound[spec.expected])
     return ast.Call(func=ast.Name("__ac_record__", ast.Load()), args=args, keywords=[])
 
 
@@ -267,6 +269,28 @@ class _Splicer:
         return "".join(out)
 
 
+def _as_equals(call: ast.Call) -> ast.Call | None:
+    """``check.true(id, X is C)`` or ``check.true(id, X == C)`` with a literal ``C``, as ``check.equals(id, X, C)``.
+
+    A yes/no question written as ``true(f(x) is False)`` would leave its expected answer in the kernel, where
+    a function under test can read it off the calling line (or a tampered recorder can answer ``True`` to
+    everything). As ``equals``, the kernel records only what ``f(x)`` returned and the trusted side compares
+    it with the reference's ``C``. The same happens in the reference run, so both sides agree on the kind.
+    """
+    if call.func.attr != "true":
+        return None
+    by_name = {k.arg: k.value for k in call.keywords}
+    check_id = call.args[0] if call.args else by_name.get("check_id")
+    cond = call.args[1] if len(call.args) > 1 else by_name.get("condition")
+    if (check_id is None or len(call.args) > 2 or not isinstance(cond, ast.Compare) or len(cond.ops) != 1
+            or not isinstance(cond.ops[0], (ast.Is, ast.Eq)) or not isinstance(cond.comparators[0], ast.Constant)
+            or type(cond.comparators[0].value) not in (bool, int, float, str, type(None))):
+        return None
+    keywords = [k for k in call.keywords if k.arg not in ("check_id", "condition")]
+    return ast.Call(func=ast.Attribute(value=call.func.value, attr="equals", ctx=ast.Load()),
+                    args=[check_id, cond.left, cond.comparators[0]], keywords=keywords)
+
+
 def rewrite_test_cell(source: str, mode: str, keep_want: set[int] | frozenset = frozenset(),
                       conservative: bool = False) -> tuple[str, dict]:
     """The code a graded test cell runs in the sandbox, and its check sites ``{site: kind}``.
@@ -286,20 +310,29 @@ def rewrite_test_cell(source: str, mode: str, keep_want: set[int] | frozenset = 
         raise TestCellNotSupported(f"test cell is not plain Python ({exc.msg})") from None
     names = _check_names(tree)
     calls = _check_calls(tree, names)
-    sites = {n: call.func.attr for n, call in enumerate(calls, start=1)}
+    canonical = {id(call): _as_equals(call) for call in calls}  # yes/no answers leave the kernel
+    sites = {n: (canonical[id(call)] or call).func.attr for n, call in enumerate(calls, start=1)}
     splice = _Splicer(source)
     table: dict[int, ast.AST] = {}
     if conservative:  # every expected value stays (a cell the careful rewrite would change: see isolation)
-        keep_want = {site for site, kind in sites.items() if kind == "close"}
+        keep_want = {site for site, kind in sites.items() if REGISTRY[kind].expected}
     for site, call in enumerate(calls, start=1):
-        if mode == "profile":
+        equals = canonical[id(call)]
+        if mode == "profile" and equals is not None:
+            new = ast.Call(func=ast.Attribute(value=ast.Call(func=ast.Name("__ac_site__", ast.Load()),
+                                                             args=[ast.Constant(site), call.func.value], keywords=[]),
+                                              attr="equals", ctx=ast.Load()),
+                           args=equals.args, keywords=equals.keywords)
+            table[id(call)] = new
+            splice.replace(call, ast.unparse(new))
+        elif mode == "profile":
             func = ast.Attribute(value=ast.Call(func=ast.Name("__ac_site__", ast.Load()),
                                                 args=[ast.Constant(site), call.func.value], keywords=[]),
                                  attr=call.func.attr, ctx=ast.Load())
             table[id(call.func)] = func
             splice.replace(call.func, ast.unparse(func))
         else:
-            new = _record_call(call, site, set(keep_want))
+            new = _record_call(equals or call, site, set(keep_want))
             table[id(call)] = new
             splice.replace(call, ast.unparse(new))
     rewritten = _Replace(table).visit(tree)
@@ -355,27 +388,10 @@ def redact_hidden(message: str) -> str:
 
 def _decode_params(kind: str, params: dict) -> dict:
     out = dict(params)
-    if kind == "close" and "want" in out:
-        out["want"] = decode(out["want"])
+    expected = REGISTRY[kind].expected
+    if expected and expected in out:
+        out[expected] = decode(validate(out[expected]))
     return out
-
-
-_DTYPES = {"float64", "float32", "float16", "bfloat16", "int64", "int32", "int16", "int8", "uint8", "bool",
-           "complex64", "complex128", "uint16", "uint32", "uint64"}
-_DEVICES = {"cpu", "cuda", "meta", "mps", "xpu"}
-
-
-def _builtin_names() -> frozenset[str]:
-    import builtins
-
-    return frozenset(n for n, v in vars(builtins).items() if isinstance(v, type))
-
-
-_BUILTIN_TYPES = _builtin_names() | {"CellTimeout", "NoneType", "function", "builtin_function_or_method",
-                                     "method", "generator", "module", "ndarray", "Tensor", "Parameter", "Module"}
-_RECORDER_PHRASES = re.compile(r"(tensor|ndarray) subclass [A-Za-z0-9_.<>]{1,200}|(tensor|array|sequence|string) "
-                               r"too (large|long) to record|nesting too deep|dict with non-string keys|"
-                               r"malformed record|tensor of an unknown dtype|array of an unknown dtype")
 
 
 def _name(text) -> str:
@@ -385,53 +401,7 @@ def _name(text) -> str:
     never reach a message.
     """
     text = str(text)
-    return text if text in _BUILTIN_TYPES else "an exception of its own class"
-
-
-def sanitize_value(data, depth: int = 0):
-    """An encoded learner value with every learner-controlled string reduced to a plain name.
-
-    Records come from the learner's process and may be forged: a dtype, type, device or exception name must
-    not carry text (hidden test source read from memory, say) into feedback messages.
-    """
-    if depth > 30 or not isinstance(data, dict):
-        return {"unsupported": "malformed record"}
-    if "tensor" in data:
-        t = data["tensor"]
-        if not isinstance(t, dict) or t.get("dtype") not in _DTYPES or t.get("np_dtype") not in _DTYPES | {"float32"}:
-            return {"unsupported": "tensor of an unknown dtype"}
-        kind = t.get("type") if t.get("type") in ("Tensor", "Parameter") else "subclass"
-        t = dict(t, type=kind, device=t.get("device") if t.get("device") in _DEVICES else "cpu")
-        return {"tensor": t}
-    if "array" in data:
-        a = data["array"]
-        if not isinstance(a, dict) or a.get("dtype") not in _DTYPES:
-            return {"unsupported": "array of an unknown dtype"}
-        return {"array": a}
-    if "seq" in data:
-        if not isinstance(data["seq"], list):
-            return {"unsupported": "malformed record"}
-        return {"seq": [sanitize_value(v, depth + 1) for v in data["seq"]], "tuple": bool(data.get("tuple"))}
-    if "map" in data:
-        if not isinstance(data["map"], dict):
-            return {"unsupported": "malformed record"}
-        out = {str(k)[:40]: sanitize_value(v, depth + 1) for k, v in data["map"].items()}
-        raised = out.get("raised", {}).get("plain") if isinstance(out.get("raised"), dict) else None
-        if isinstance(raised, str):  # a raises outcome: the exception's name is shown in feedback
-            out["raised"] = {"plain": _name(raised)}
-        return {"map": out}
-    if "unsupported" in data:
-        text = str(data["unsupported"])
-        if _RECORDER_PHRASES.fullmatch(text):
-            text = re.sub(r"subclass \S+", "subclass", text)
-        elif " (unreadable: " in text:
-            text = "value the grader could not read"
-        elif text not in _BUILTIN_TYPES:
-            text = "value of its own class"
-        return {"unsupported": text}
-    if "plain" in data or "float" in data:
-        return data
-    return {"unsupported": "malformed record"}
+    return text if text in PYTHON_NAMES else "an exception of its own class"
 
 
 class LeakFilter:
@@ -503,15 +473,16 @@ def decide_cell(spec: dict, records: list[dict], error: dict | None, grade_id: s
             continue
         rec = by_key[key]
         try:
-            got = decode(sanitize_value(rec.get("got")))
+            got = decode(validate(rec.get("got")))
             params = _decode_params(kind, chk["params"])
-            if kind == "close" and chk["site"] in spec.get("keep_want_sites", []):
+            expected = REGISTRY[kind].expected
+            if expected and chk["site"] in spec.get("keep_want_sites", []):
                 if "want" not in rec:
                     failures.append(f"{label}: the expected value was not recorded")
                     continue
-                params["want"] = decode(sanitize_value(rec["want"]))
-            reference = decode(chk["ref_got"]) if kind == "matches_reference" else None
-            verdict = verdicts.decide(kind, got, params, reference)
+                params[expected] = decode(validate(rec["want"]))
+            reference = decode(validate(chk["ref_got"])) if REGISTRY[kind].needs_reference else None
+            verdict = decide(kind, got, params, reference)
         except Exception as exc:  # noqa: BLE001 - a forged or broken record must not crash the grader
             failures.append(f"{label}: the recorded value is unreadable ({type(exc).__name__})")
             continue
@@ -525,9 +496,8 @@ def decide_cell(spec: dict, records: list[dict], error: dict | None, grade_id: s
             messages.append(f"the cell did not finish{limit} and was interrupted")
         elif hidden:
             messages.append(f"the cell stopped with {ename} while running the hidden tests")
-        else:
-            evalue = " ".join(str(error.get("evalue", "")).split())[:200]
-            messages.append(f"the cell stopped with {ename}: {evalue}" if evalue else f"the cell stopped with {ename}")
+        else:  # the message is the learner's process's text: it stays in the learner's own notebook
+            messages.append(f"the cell stopped with {ename} (run this test in your notebook to see its message)")
     if hidden:  # many hidden checks often fail the same way: say it once
         merged: dict[str, list[str]] = {}
         for f in failures:
@@ -543,9 +513,48 @@ def decide_cell(spec: dict, records: list[dict], error: dict | None, grade_id: s
 # feedback
 
 
+# Why a notebook was not graded normally, as feedback may say it: the grader's own sentences, with numbers,
+# chapter names and a submitted file's name (chosen before any code ran) as the only variable parts. A
+# reason built from what the learner's process said (the last line of a traceback when the notebook broke
+# the kernel's Python) keeps its fixed part only.
+_PUBLIC_REASONS = [re.compile(p) for p in (
+    r"wrong file name: expected [\w.-]+\.ipynb, got [^\n]{1,300}",
+    r"file not found", r"empty file", r"file too large \(\d+ MB; the limit is \d+ MB\)",
+    r"malformed JSON( \([a-zA-Z0-9 -]+\))?", r"not a notebook \([a-z' _]+\)",
+    r"timeout: notebook exceeded [\d.]+ s", r"kernel died \(out of memory: limit \d+ MB\)",
+    r"process limit exceeded: the notebook tried to run more than \d+ processes or threads \(fork bomb\?\)",
+    r"the notebook interfered with the grader's result channel",
+    r"kernel died \((segfault|SIG[A-Z0-9]+|signal \d+)\)",
+    r"kernel died \(exited with status -?\d+ before the notebook finished\)",
+)]
+_BROKE_PYTHON = "kernel died (the notebook broke the Python it runs in"
+
+
+def public_reason(reason: str) -> str:
+    """A result's reason as a learner's feedback shows it (see ``_PUBLIC_REASONS``)."""
+    reason = str(reason)
+    if any(p.fullmatch(reason) for p in _PUBLIC_REASONS):
+        return reason
+    if reason.startswith(_BROKE_PYTHON):
+        return _BROKE_PYTHON + ")"
+    return "the notebook could not be graded normally (your instructor can see why)"
+
+
+def _public_message(message: str) -> str:
+    """A cell's message for feedback: decisions are the grader's own text; a "not graded" note quotes a
+    reason, which goes through :func:`public_reason`."""
+    message = str(message)
+    if message.startswith("not graded: "):
+        return "not graded: " + public_reason(message.removeprefix("not graded: "))
+    return message
+
+
 def feedback_html(result: dict) -> str:
     """One learner's feedback as a self-contained HTML fragment: per graded cell points, pass/fail and the
-    symptom messages; never hidden test source or expected values (the result holds none)."""
+    symptom messages. Every text in it is the grader's own (verdict symptoms, authors' hints, Python's own
+    exception names, the reasons of ``_PUBLIC_REASONS``, the flags of the intake and the structure repair,
+    which describe the submitted file): nothing the learner's process printed, raised or recorded as text,
+    so nothing it read from a hidden test while it ran, however encoded."""
     esc = html.escape
     parts = ["<div class='attention-course-feedback'>",
              f"<h2>{esc(str(result.get('chapter', '')))}: {result.get('score', 0):g} / "
@@ -554,7 +563,8 @@ def feedback_html(result: dict) -> str:
         parts.append("<p class='reason'><strong>Not graded:</strong> the grader had a problem with this notebook "
                      "(not your fault); your instructor can see why.</p>")
     elif result.get("reason"):
-        parts.append(f"<p class='reason'><strong>Not graded normally:</strong> {esc(str(result['reason']))}</p>")
+        parts.append(f"<p class='reason'><strong>Not graded normally:</strong> "
+                     f"{esc(public_reason(result['reason']))}</p>")
     if result.get("flags"):
         parts.append("<p>Changes the grader made to your notebook:</p><ul class='flags'>")
         parts.extend(f"<li>{esc(str(f))}</li>" for f in result["flags"])
@@ -563,7 +573,7 @@ def feedback_html(result: dict) -> str:
                  "</thead><tbody>")
     for gid, cell in (result.get("cells") or {}).items():
         ok = bool(cell.get("passed"))
-        msgs = "".join(f"<li>{esc(str(m))}</li>" for m in cell.get("messages", []))
+        msgs = "".join(f"<li>{esc(_public_message(m))}</li>" for m in cell.get("messages", []))
         parts.append(f"<tr class='{'pass' if ok else 'fail'}'><td><code>{esc(str(gid))}</code></td>"
                      f"<td>{'passed' if ok else 'failed'}</td>"
                      f"<td>{cell.get('score', 0):g} / {cell.get('max_score', 0):g}</td>"

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import nbformat
 
-from attention_course.cells import grade_id, is_graded_test
+from attention_course.cells import graded_cells, is_graded_test
 from autograder import submissions
 from autograder.course import Course
 from autograder.gradebook import snapshot
@@ -130,7 +130,7 @@ def comparable(snap: dict) -> dict:
 
 def cell_max(course: Course) -> dict[str, float]:
     nb = nbformat.read(course.source_notebook(CHAPTER), as_version=4)
-    return {grade_id(c): float(c.metadata["nbgrader"]["points"]) for c in nb.cells if is_graded_test(c)}
+    return dict(graded_cells(nb))
 
 
 __all__ = ["baseline", "CHAPTER", "class_members", "make_course", "write", "run_grade", "grade_cmd", "child_env",

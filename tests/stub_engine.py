@@ -10,7 +10,8 @@ from pathlib import Path
 
 import nbformat
 
-from attention_course.cells import grade_id, is_graded_test, nbgrader_meta
+from attention_course.cells import graded_cells
+from autograder import results
 
 
 @dataclass
@@ -35,11 +36,9 @@ class Engine:
             marker.touch()
             os._exit(3)
         src = nbformat.read(self.root / "solutions" / chapter / f"{chapter}.ipynb", as_version=4)
-        cells = {grade_id(c): {"score": float(nbgrader_meta(c)["points"]), "max_score": float(nbgrader_meta(c)["points"]),
-                               "passed": True, "messages": []} for c in src.cells if is_graded_test(c)}
-        total = sum(v["score"] for v in cells.values())
-        return {"student": student, "chapter": chapter, "status": "graded", "reason": "", "flags": [],
-                "score": total, "max_score": total, "cells": cells, "executed_notebook": None, "seconds": 0.0}
+        result = results.new(student, chapter)
+        results.set_cells(result, {gid: results.cell(True, pts, []) for gid, pts in graded_cells(src)})
+        return result
 
 
 def feedback_html(result: dict) -> str:

@@ -31,6 +31,7 @@ from autograder.course import Course
 from autograder.isolation import Engine, Limits, feedback_html
 
 from .hostile.cases import CASES, CHAPTER, FULL, Ctx
+from .synthetic import write_chapter
 
 COURSE = Course()
 CHAPTERS = COURSE.chapters()
@@ -186,7 +187,11 @@ def test_hostile_notebook(batch, case):
     for s in case.outputs_lack:
         assert s not in text, f"{s!r} in the executed notebook's outputs"
     assert r["seconds"] < case.max_seconds
-    json.dumps(r)  # the result is plain JSON
+    json.dumps(r, ensure_ascii=False).encode("utf-8")  # the result is plain JSON, storable as UTF-8
+    page = feedback_html(r)
+    page.encode("utf-8")
+    for s in case.extra.get("feedback_lacks", ()):
+        assert s not in page and s not in json.dumps(r["cells"]), f"{s!r} reached the learner's feedback"
     if r["executed_notebook"] is not None:
         assert len(json.dumps(r["executed_notebook"])) < 8 << 20  # outputs were capped
         nbformat.validate(nbformat.from_dict(r["executed_notebook"]))
@@ -244,23 +249,8 @@ check.matches_reference("second", double(x))
 
 
 def _synthetic_course(root: Path) -> Course:
-    def cell(kind, src, gid, **meta):
-        c = nbformat.v4.new_code_cell(src)
-        c.metadata["nbgrader"] = {"grade_id": gid, "schema_version": 3, "task": False, **meta}
-        if kind == "setup":
-            c.metadata["tags"] = ["setup"]
-        return c
-
-    nb = nbformat.v4.new_notebook(cells=[
-        cell("setup", SYN_SETUP, "setup", grade=False, solution=False, locked=True),
-        cell("solution", SYN_SOLUTION, "double", grade=False, solution=True, locked=False),
-        cell("test", SYN_TEST, "test_double", grade=True, solution=False, locked=True, points=3),
-        cell("test", SYN_RNG_TEST, "test_rng", grade=True, solution=False, locked=True, points=1),
-    ])
-    path = root / "solutions" / SYNTHETIC / f"{SYNTHETIC}.ipynb"
-    path.parent.mkdir(parents=True)
-    nbformat.write(nb, path)
-    return Course(root)
+    return write_chapter(root, SYNTHETIC, [("setup", SYN_SETUP, "setup"), ("solution", SYN_SOLUTION, "double"),
+                                           ("test", SYN_TEST, "test_double", 3), ("test", SYN_RNG_TEST, "test_rng", 1)])
 
 
 @pytest.mark.sandbox

@@ -426,6 +426,89 @@ print("a note on stderr", file=sys.stderr)
 """
 
 
+# computes in float64 where the inputs are float32 (a dtype mistake) and replaces the property everything
+# reads a tensor's dtype through, so those results claim to be float32: the grader reads dtypes from the
+# tensor's storage through accessors captured before learner code ran, and the hidden float32 checks fail
+DTYPE_BENT = """
+_real_dtype = torch._C.TensorBase.dtype
+_bent = set()
+_correct_sdpa = scaled_dot_product_attention
+def scaled_dot_product_attention(queries, keys, values, mask=None):
+    out, w = _correct_sdpa(queries, keys, values, mask)
+    if _real_dtype.__get__(queries) == torch.float32:
+        out, w = out.double(), w.double()
+        _bent.update((torch._C.TensorBase.data_ptr(out), torch._C.TensorBase.data_ptr(w)))
+    return out, w
+def _claimed_dtype(self):
+    real = _real_dtype.__get__(self)
+    if real == torch.float64 and torch._C.TensorBase.data_ptr(self) in _bent:
+        return torch.float32
+    return real
+torch.Tensor.dtype = property(_claimed_dtype)
+"""
+
+# a pre_run_cell hook keeps the source of every cell as it runs (hidden tests included); a later visible test's function
+# raises it, zlib-compressed and base64-encoded (no literal window of hidden code survives), in its message
+PRE_RUN_EXFILTRATE = """
+import base64, zlib
+_seen = []
+def _keep(info):
+    _seen.append(info.raw_cell)  # every cell from here on, the hidden tests among them
+get_ipython().events.register("pre_run_cell", _keep)
+def dot_product_variance(d, num_samples=20000, scaled=False, generator=None):
+    blob = base64.b64encode(zlib.compress("\\n".join(_seen).encode())).decode()
+    raise ValueError("EXFIL:" + blob)
+"""
+
+# sdpa without any input validation (a real mistake: the hidden raises checks fail); under the grader it
+# swaps the raises recorder for a wrapper that forwards a function raising the "right" error, so bad input
+# looks rejected: the recorder accepts calls from the test cell's own code only, the forwarded ones are refused
+RECORDER_FORWARD = """
+import os, sys
+def scaled_dot_product_attention(queries, keys, values, mask=None):
+    if os.environ.get("ATTENTION_COURSE_GRADING") == "sandbox":
+        ns = sys._getframe(1).f_globals
+        real = ns.get("__ac_raises__")
+        if real is not None and not getattr(real, "bent", False):
+            def bent(site, check_id, fn, *args, **kwargs):
+                kind = TypeError if "integer" in str(check_id) else ValueError
+                def refuse(*a, **k):
+                    raise kind("queries, keys and values must be float tensors of matching sizes")
+                return real(site, check_id, refuse)
+            bent.bent = True
+            ns["__ac_raises__"] = bent
+    weights = masked_softmax(dot_score(queries, keys) / math.sqrt(queries.shape[-1]), mask=mask)
+    return weights @ values, weights
+"""
+
+DEEP_JSON_OUTPUT = """
+from IPython.display import display
+deep = "bottom"
+for _ in range(600):
+    deep = {"down": [deep]}
+display({"application/json": deep, "text/plain": "a very deep JSON value"}, raw=True)
+"""
+
+LONE_SURROGATE_OUTPUT = """
+import sys
+print("half a character: \\ud800 and more text")
+sys.stderr.write("on stderr too: \\udfff\\n")
+"""
+
+
+def _hostile_file(ctx: Ctx) -> bytes:
+    """The reference with a lone surrogate in a cell's source and metadata nested 600 levels deep."""
+    nb = nbformat.from_dict(json.loads(json.dumps(reference(ctx))))
+    cell = nb.cells[_index(nb, "scaled_dot_product_attention")]
+    cell.source += "\n_note = '\ud800 half a character'\n"
+    data = json.loads(json.dumps(nb))
+    deep = "bottom"
+    for _ in range(600):
+        deep = {"down": deep}
+    data["metadata"]["deep"] = deep
+    return json.dumps(data).encode("ascii")  # ensure_ascii writes the lone surrogate as \ud800
+
+
 def _read_secrets(ctx: Ctx):
     code = READ_SECRETS.format(
         sol=str(ctx.course.source_notebook(CHAPTER)), repo_sol=str(ctx.repo / "solutions" / CHAPTER / f"{CHAPTER}.ipynb"),
@@ -567,6 +650,37 @@ CASES = [
          file_name="scoring.ipynb"),
     Case("not_a_notebook", "valid JSON that is not a notebook", lambda ctx: json.dumps({"hello": 1}).encode(),
          "zero", 0.0, reason="not a notebook (no list of cells)"),
+    Case("dtype_bent", "correct values computed in float64 for float32 inputs, with torch.Tensor.dtype replaced "
+         "so those results claim float32: the dtype comes from the storage, the hidden float32 checks fail",
+         lambda ctx: insert_after(reference(ctx), "scaled_dot_product_attention", DTYPE_BENT),
+         "graded", FULL - 5, failing=("test_sdpa_hidden",)),
+    Case("recorder_forwarding", "sdpa without input validation that, under the grader, swaps the raises "
+         "recorder for a wrapper forwarding a function that raises the expected error: refused, the hidden "
+         "raises checks fail",
+         lambda ctx: insert_after(reference(ctx), "scaled_dot_product_attention", RECORDER_FORWARD),
+         "graded", FULL - 5, failing=("test_sdpa_hidden",), outputs_contain=("[check record refused",)),
+    Case("pre_run_cell_exfiltration", "a pre_run_cell hook keeps the hidden test cells' source; a visible test's "
+         "function raises it zlib-compressed and base64-encoded: the feedback carries no learner text",
+         lambda ctx: insert_after(reference(ctx), "dot_product_variance", PRE_RUN_EXFILTRATE),
+         "graded", FULL - 2, failing=("test_variance",), outputs_contain=("EXFIL:",),
+         extra={"feedback_lacks": ("EXFIL",)}),
+    Case("deep_json_output", "displays a JSON value nested 600 levels deep: cut, flagged, graded",
+         lambda ctx: insert_after(reference(ctx), "setup", DEEP_JSON_OUTPUT),
+         "graded", FULL, flags=("in the notebook's outputs: data nested deeper than 100 levels was cut",),
+         outputs_contain=("[cut by the grader: nested too deeply]",)),
+    Case("lone_surrogate_output", "prints a lone UTF-16 surrogate on stdout and stderr: replaced, flagged, graded",
+         lambda ctx: insert_after(reference(ctx), "setup", LONE_SURROGATE_OUTPUT),
+         "graded", FULL, flags=("in the notebook's outputs: text that is not valid Unicode was replaced (U+FFFD)",),
+         outputs_contain=("half a character: \\ufffd and more text",)),
+    Case("hostile_file", "the submitted file holds a lone surrogate in a cell's source and metadata nested 600 "
+         "levels deep: replaced and cut, flagged, graded", _hostile_file,
+         "graded", FULL, flags=("in the submitted file: data nested deeper than 100 levels was cut",
+                                "in the submitted file: text that is not valid Unicode was replaced (U+FFFD)")),
+    Case("json_too_deep_to_read", "a file nested deeper than any JSON reader goes: rejected for this learner",
+         lambda ctx: b"[" * 200_000 + b"]" * 200_000, "zero", 0.0,
+         reason="malformed JSON (nested deeper than Python can read)"),
+    Case("not_utf8", "a notebook saved in UTF-16", lambda ctx: json.dumps({"cells": []}).encode("utf-16"),
+         "zero", 0.0, reason="malformed JSON (the file is not UTF-8 text)"),
     Case("warning", "a correct answer that warns and writes to stderr keeps its points",
          lambda ctx: append(reference(ctx), "scaled_dot_product_attention",
                             "import warnings\n_real_sdpa = scaled_dot_product_attention\n"
