@@ -1,0 +1,168 @@
+"""Chapter 9's efficient attention against the naive version and PyTorch's fused attention: memory and time.
+
+The functions measured are the reference solutions of ``solutions/09_efficient_attention`` (its setup cell,
+solution cells and the cell that defines the memory tracker are executed here, so the notebook stays their
+only owner). Every figure is reported as a ratio against a baseline measured in the same run:
+
+- peak tensor memory of one attention call (``PeakTensorMemory``: the bytes of the tensors PyTorch operators
+  allocate, counted through a dispatch mode; exact and machine-independent, blind to a kernel's private
+  scratch space), for naive attention (the baseline), ``tiled_attention`` and ``F.scaled_dot_product_attention``;
+- with ``--rss`` (Linux): the growth of the peak resident set size of a fresh process around the same single
+  call (peak reset through ``/proc/self/clear_refs``), which does see a kernel's private buffers (coarser: the
+  allocator, freed-but-kept pages and the page size blur it);
+- time of one attention call (median of ``--repeats``), naive as the baseline;
+- time per generated token with the KV cache against recomputing everything (the baseline), on ``ToyDecoder``.
+
+    .venv/bin/python benchmarks/efficient_attention.py [--lengths 1024 4096 8192] [--head-dim 32]
+        [--block-size 512] [--repeats 3] [--tokens 64 256] [--rss] [--threads 1]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import nbformat
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+CHAPTER = "09_efficient_attention"
+TRACKER_CELL = "code-peak-memory"  # the notebook cell that defines PeakTensorMemory and naive_attention
+
+
+def chapter_namespace() -> dict:
+    """The reference solutions, ToyDecoder and the memory tracker, executed from the solution notebook."""
+    from attention_course.cells import is_setup, is_solution
+
+    nb = nbformat.read(ROOT / "solutions" / CHAPTER / f"{CHAPTER}.ipynb", as_version=4)
+    namespace: dict = {"__name__": "chapter9"}
+    for cell in nb.cells:
+        if is_setup(cell) or is_solution(cell) or cell.get("id") == TRACKER_CELL:
+            exec(compile(cell.source, f"<{cell.get('id')}>", "exec"), namespace)  # noqa: S102 - our own notebook
+    return namespace
+
+
+def attention_methods(ns: dict, block_size: int) -> dict:
+    import torch.nn.functional as F
+
+    return {
+        "naive": ns["naive_attention"],
+        "tiled": lambda q, k, v: ns["tiled_attention"](q, k, v, block_size=block_size),
+        "sdpa": F.scaled_dot_product_attention,
+    }
+
+
+def inputs(T: int, d: int):
+    g = torch.Generator().manual_seed(T)
+    return tuple(torch.randn(1, 1, T, d, generator=g) for _ in range(3))  # (B, H, T, d), float32
+
+
+def median_seconds(fn, *args, repeats: int) -> float:
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn(*args)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def rss_growth_mib(method: str, T: int, d: int, block_size: int, threads: int) -> float:
+    """Peak RSS growth of a fresh process around one call (Linux: the peak is reset through /proc/self/clear_refs)."""
+    script = f"""
+import json, sys, torch
+sys.path.insert(0, {str(ROOT)!r})
+from benchmarks.efficient_attention import attention_methods, chapter_namespace, inputs
+
+def status(field):
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith(field + ":"))  # kB
+
+torch.set_num_threads({threads})
+fn = attention_methods(chapter_namespace(), {block_size})[{method!r}]
+q, k, v = inputs({T}, {d})
+with torch.no_grad():
+    fn(*inputs(64, {d}))  # warm-up on a tiny input: lazy initialisation is not the algorithm's memory
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")  # reset the peak (VmHWM) to the current resident size
+    before = status("VmRSS")
+    fn(q, k, v)
+    after = status("VmHWM")
+print(json.dumps((after - before) / 1024))
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT)
+    if done.returncode != 0:
+        raise SystemExit(f"RSS probe for {method} at T={T} failed:\n{done.stderr[-2000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def ratio(x: float, base: float) -> str:
+    return f"{x / base:.2g}" if base > 0 else "n/a"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--lengths", type=int, nargs="+", default=[1024, 4096, 8192])
+    parser.add_argument("--head-dim", type=int, default=32)
+    parser.add_argument("--block-size", type=int, default=512)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--tokens", type=int, nargs="+", default=[64, 256])
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1: comparable across machines)")
+    parser.add_argument("--rss", action="store_true", help="also measure peak RSS growth in fresh processes (slow)")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    ns = chapter_namespace()
+    methods = attention_methods(ns, args.block_size)
+    tracker = ns["PeakTensorMemory"]
+
+    print(f"one attention call, (B, H) = (1, 1), d = {args.head_dim}, float32, {args.threads} thread(s), "
+          f"tiled block {args.block_size}; ratios against naive measured in this run")
+    header = "    T  method  peak tensor MiB  (x naive)  median s  (x naive)" + ("  RSS growth MiB  (x naive)" if args.rss else "")
+    print(header)
+    for T in args.lengths:
+        q, k, v = inputs(T, args.head_dim)
+        rows = {}
+        with torch.no_grad():
+            for name, fn in methods.items():
+                with tracker() as peak:
+                    fn(q, k, v)
+                seconds = median_seconds(fn, q, k, v, repeats=args.repeats)
+                rss = rss_growth_mib(name, T, args.head_dim, args.block_size, args.threads) if args.rss else None
+                rows[name] = (peak.peak / 2**20, seconds, rss)
+        base = rows["naive"]
+        for name, (mib, seconds, rss) in rows.items():
+            line = (f"{T:5d}  {name:6s} {mib:15.1f}  {ratio(mib, base[0]):>9s}  {seconds:8.3f}  {ratio(seconds, base[1]):>9s}")
+            if args.rss:
+                line += f"  {rss:14.1f}  {ratio(rss, base[2]):>9s}"
+            print(line)
+        if T == 8192:
+            met = rows["tiled"][0] <= rows["naive"][0] / 10
+            print(f"       target (tiled peak tensor memory <= 1/10 of naive at T = 8192): {'met' if met else 'NOT met'}")
+
+    print("\ngreedy decoding with ToyDecoder(vocab 64, E 64, 4 heads), prompt of 16 tokens; baseline: recompute everything")
+    torch.manual_seed(4)
+    model = ns["ToyDecoder"](vocab_size=64, embed_dim=64, num_heads=4, max_len=16 + max(args.tokens) + 1)
+    prompt = torch.randint(0, 64, (1, 16))
+
+    def without_cache(n):
+        tokens = prompt
+        for _ in range(n):
+            tokens = torch.cat([tokens, model(tokens)[:, -1].argmax(dim=-1, keepdim=True)], dim=1)
+        return tokens
+
+    with torch.no_grad():
+        for n in args.tokens:
+            cached = median_seconds(lambda: ns["generate"](model, prompt, n), repeats=args.repeats) / n
+            full = median_seconds(lambda: without_cache(n), repeats=args.repeats) / n
+            same = torch.equal(ns["generate"](model, prompt, n)[0], without_cache(n))
+            print(f"  {n:5d} tokens: {1000 * cached:.2f} ms/token with the cache, {1000 * full:.2f} ms/token recomputing "
+                  f"(cache takes {ratio(cached, full)} of the time); same tokens: {same}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
