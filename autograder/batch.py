@@ -125,7 +125,8 @@ def grading_sources() -> list[Path]:
             elif isinstance(node, ast.Import) and package:
                 names = [a.name[len(package) + 1:] for a in node.names if a.name.startswith(package + ".")]
             for name in names:
-                todo.append(package_dir / (name.split(".")[0] + ".py"))
+                sub = package_dir / name.split(".")[0]
+                todo.extend(sorted(sub.glob("*.py")) if sub.is_dir() else [sub.with_suffix(".py")])  # a subpackage
     return sorted(files | seen)
 
 
