@@ -760,8 +760,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cell-timeout", type=float, help="seconds per cell (engine default otherwise)")
     parser.add_argument("--notebook-timeout", type=float, help="seconds per notebook (engine default otherwise)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    from .isolation import IsolationUnavailable, add_isolation_arguments, preflight
+
+    add_isolation_arguments(parser)
     args = parser.parse_args(argv)
-    limits = {}
+    limits = {k: v for k, v in (("isolation", args.isolation), ("require", args.require)) if v and v != "auto"}
+    if not args.scheduler and engine_module_name() == ENGINE_MODULE:  # Dask workers report their own level
+        try:
+            print(preflight(args.isolation, args.require), flush=True)
+        except IsolationUnavailable as err:
+            print(f"grading stopped: {err}", file=sys.stderr)
+            return 2
     if args.cell_timeout:
         limits["cell_timeout_s"] = args.cell_timeout
     if args.notebook_timeout:

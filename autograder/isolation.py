@@ -150,8 +150,7 @@ class Engine:
 
     def isolation_line(self) -> str:
         """One line for instructors: the level reached and what it lacks."""
-        lacks = self.isolation.get("lacks") or []
-        return f"isolation: {self.isolation.get('label', '?')}" + ("; lacks: " + "; ".join(lacks) if lacks else "")
+        return isolation_line(self.isolation)
 
     def _log_tail(self) -> str:
         try:
@@ -517,6 +516,24 @@ def grade_submission(course_root, chapter: str, submission, student: str, limits
     """Grade one submission with a throwaway engine (a batch should keep one Engine warm instead)."""
     with Engine(Path(course_root), limits) as engine:
         return engine.grade(chapter, Path(submission), student)
+
+
+def isolation_line(description: dict) -> str:
+    lacks = description.get("lacks") or []
+    return f"isolation: {description.get('label', '?')}" + ("; lacks: " + "; ".join(lacks) if lacks else "")
+
+
+def preflight(isolation: str = "auto", require: str | None = None) -> str:
+    """The start-up line of ``grade``: the level this account reaches on this machine (the probe the zygote
+    runs, without importing torch). Raises :class:`IsolationUnavailable` when it is not the one asked for."""
+    from .sandbox import levels, zygote
+
+    found = levels.probe(zygote.state_dir())
+    try:
+        level = levels.choose(found, isolation, require)
+    except levels.Unreachable as exc:
+        raise IsolationUnavailable(str(exc)) from None
+    return isolation_line(levels.describe(level, found))
 
 
 def add_isolation_arguments(parser: argparse.ArgumentParser) -> None:

@@ -55,6 +55,16 @@ def _counter(text: str, key: str) -> int:
     return 0
 
 
+# cgroupfs makes a new group's interface files and removes them with it; tests on a fake tree swap these
+_rmdir = os.rmdir
+
+
+def _mkdir(path: str, exist_ok: bool = False) -> None:
+    if exist_ok and os.path.isdir(path):
+        return
+    os.mkdir(path)
+
+
 def _self_cgroup() -> str:
     try:
         with open("/proc/self/cgroup") as fh:
@@ -76,7 +86,7 @@ def _kill_and_remove(d: str) -> None:
             except (OSError, ValueError):
                 pass
         try:
-            os.rmdir(d)
+            _rmdir(d)
             return
         except FileNotFoundError:
             return
@@ -212,7 +222,7 @@ def _sweep(base: str) -> None:
     for name in names:
         if _stale(name):
             try:
-                os.rmdir(os.path.join(base, name))
+                _rmdir(os.path.join(base, name))
             except OSError:
                 pass
 
@@ -249,7 +259,7 @@ def _enable(parent: str, is_root: bool, wanted: tuple[str, ...], optional: tuple
     procs = _read(parent, "cgroup.procs").split()
     if procs and not is_root:  # no internal processes: a cgroup with controllers for its children has none
         leaf = os.path.join(parent, V2_LEAF)
-        os.makedirs(leaf, exist_ok=True)
+        _mkdir(leaf, exist_ok=True)
         for pid in procs:
             try:
                 _write(leaf, "cgroup.procs", pid)
@@ -271,7 +281,7 @@ def _enable(parent: str, is_root: bool, wanted: tuple[str, ...], optional: tuple
 class _V2Group(Group):
     def __init__(self, base: str, controllers: list[str], name: str, memory_mb: int, max_procs: int, cpus: float):
         self.dir = os.path.join(base, name)
-        os.mkdir(self.dir)
+        _mkdir(self.dir)
         try:
             _write(self.dir, "memory.max", str(int(memory_mb) << 20))
             try:
@@ -327,7 +337,7 @@ class CgroupV2:
                                   "systemd scope with Delegate=yes)")
         _enable(parent, is_root, V2_REQUIRED, V2_OPTIONAL)
         self.base = os.path.join(parent, V2_BASE)
-        os.makedirs(self.base, exist_ok=True)
+        _mkdir(self.base, exist_ok=True)
         self.controllers = _enable(self.base, False, V2_REQUIRED, V2_OPTIONAL)
 
     def group(self, name: str, memory_mb: int, max_procs: int, cpus: float) -> Group:
