@@ -160,7 +160,7 @@ def test_hostile_notebook(batch, case):
 def assert_contained(batch: dict, case) -> None:
     """The case's exact outcome at the batch's level (tests/hostile/levels.py), and nothing escaped."""
     results = batch["results"]
-    assert all(c.name in results for c in CASES) and "__after__" in results, "the batch did not finish"
+    assert case.name in results and "__after__" in results, "the batch did not finish"
     assert results["__after__"]["score"] == FULL, "the engine is not healthy after the hostile corpus"
     assert batch["changed"] == [], f"files outside the sandbox changed: {batch['changed']}"
     assert batch["server"] == [], f"the loopback server was reached: {batch['server']}"
