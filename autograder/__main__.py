@@ -5,6 +5,8 @@
   grade every submission in parallel into the gradebook, with feedback, grades CSV and class report.
 - ``grade-one CHAPTER NOTEBOOK [--student NAME] [--json OUT] [--html OUT]``: grade one notebook in the
   isolated sandbox and print its per-cell result.
+- ``grade`` and ``grade-one`` take ``--isolation auto|root|user|process`` (default auto: the strongest this
+  account reaches) and ``--require LEVEL`` (refuse to grade below it); see docs/isolation.md.
 - ``nbgrader ARGS...``: run nbgrader with this course's configuration (e.g. ``nbgrader autograde 03_scoring_functions``).
 """
 from __future__ import annotations

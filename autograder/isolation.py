@@ -8,10 +8,10 @@ per :meth:`Engine.grade` call:
 2. **Repair** the structure against ``solutions/<chapter>/<chapter>.ipynb``
    (:func:`autograder.structure.repair`): test and read-only cells come from the source (hidden tests
    included), edits, deletions and duplicated ``grade_id``\\ s are flagged.
-3. **Execute** every code cell in a fresh sandbox forked from the zygote: no network, no view of the course
-   tree (solutions, gradebook, other learners), an unprivileged uid, a private size-limited scratch folder,
-   memory/process/output limits, a per-cell timeout and a per-notebook wall clock (see
-   :mod:`autograder.sandbox` for how). Graded test cells run rewritten so that no expected value exists in
+3. **Execute** every code cell in a fresh sandbox forked from the zygote, at the strongest isolation level
+   this account reaches (``Limits.isolation``; docs/isolation.md): no network, no view of the course tree
+   (solutions, gradebook, other learners), a private scratch folder, memory/process/output limits, a
+   per-cell timeout and a per-notebook wall clock (see :mod:`autograder.sandbox` for how). Graded test cells run rewritten so that no expected value exists in
    the learner's process (see :mod:`autograder.trusted`), and are seeded before they run.
 4. **Decide** each graded test cell here, outside the learner's process, from the values the kernel
    recorded and a *reference profile* of the chapter (:meth:`Engine.profile`): the reference solution run
@@ -38,11 +38,12 @@ Result (JSON-serialisable)::
 
     {"student", "chapter", "status": "graded" | "zero" | "failed", "reason", "flags": [...],
      "score", "max_score", "cells": {grade_id: {"score", "max_score", "passed", "messages"}},
-     "executed_notebook": nbformat JSON or None, "seconds"}
+     "executed_notebook": nbformat JSON or None, "seconds", "isolation": "user (rlimits, seccomp)"}
 
 ``status`` is ``zero`` for an unusable or killed notebook and ``failed`` for a grader problem (never the
 learner's fault: report it). stderr output never costs points. Command line:
-``python -m autograder grade-one CHAPTER NOTEBOOK [--student NAME] [--json OUT] [--html OUT]``.
+``python -m autograder grade-one CHAPTER NOTEBOOK [--student NAME] [--json OUT] [--html OUT]
+[--isolation auto|root|user|process] [--require LEVEL]``.
 """
 from __future__ import annotations
 
