@@ -126,7 +126,8 @@ def grading_sources() -> list[Path]:
             elif isinstance(node, ast.Import) and package:
                 names = [a.name[len(package) + 1:] for a in node.names if a.name.startswith(package + ".")]
             for name in names:
-                todo.append(package_dir / (name.split(".")[0] + ".py"))
+                sub = package_dir / name.split(".")[0]
+                todo.extend(sorted(sub.glob("*.py")) if sub.is_dir() else [sub.with_suffix(".py")])  # a subpackage
     return sorted(files | seen)
 
 
@@ -907,8 +908,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.add_argument("--stats", type=Path, metavar="FILE.json",
                         help="write the run's numbers here (counts, per-stage seconds, profile time, first result)")
+    from .isolation import IsolationUnavailable, add_isolation_arguments, preflight
+
+    add_isolation_arguments(parser)
     args = parser.parse_args(argv)
-    limits = {}
+    limits = {k: v for k, v in (("isolation", args.isolation), ("require", args.require)) if v and v != "auto"}
+    if not args.scheduler and engine_module_name() == ENGINE_MODULE:  # Dask workers report their own level
+        try:
+            print(preflight(args.isolation, args.require), flush=True)
+        except IsolationUnavailable as err:
+            print(f"grading stopped: {err}", file=sys.stderr)
+            return 2
     if args.cell_timeout:
         limits["cell_timeout_s"] = args.cell_timeout
     if args.notebook_timeout:

@@ -54,9 +54,31 @@ RESULTS = Table(
     Column("cells", Text, nullable=False, default="{}"),
     Column("seconds", Float),
     Column("graded_at", DateTime),
+    Column("isolation", Text),  # the level the notebook was graded at, e.g. "user (rlimits, seccomp)"
 )
 
 RETRIES = 12
+
+
+class GradebookUnavailable(RuntimeError):
+    """The gradebook cannot be opened for writing; the message is one line an instructor can act on."""
+
+
+def _check_writable(db_url: str) -> None:
+    """A SQLite gradebook's file (or the folder it would be created in) must be writable by this account."""
+    url = make_url(db_url)
+    if not url.database or url.database == ":memory:":
+        return
+    path = Path(url.database).resolve()
+    folder = next((p for p in [path.parent, *path.parent.parents] if p.exists()), Path("/"))
+    if path.exists():
+        ok = os.access(path, os.R_OK | os.W_OK) and os.access(path.parent, os.W_OK | os.X_OK)  # + journal files
+    else:
+        ok = os.access(folder, os.W_OK | os.X_OK)
+    if not ok:
+        raise GradebookUnavailable(f"cannot write the gradebook {path}: permission denied for this account "
+                                   f"(uid {os.getuid()}); give it write access to {path if path.exists() else folder}"
+                                   " and its folder, or pass --db with a gradebook it can write")
 
 
 def _prepare_sqlite(db_url: str) -> str:
@@ -89,11 +111,23 @@ class GradebookWriter:
         bindir = str(Path(sys.executable).parent)
         if bindir not in os.environ.get("PATH", "").split(os.pathsep):
             os.environ["PATH"] = os.pathsep.join([bindir, os.environ.get("PATH", "")])
-        url = _prepare_sqlite(db_url) if is_sqlite(db_url) else db_url
-        self.gb = self._retry(lambda: Gradebook(url, course_id=course_id), fresh_session=False)
+        try:
+            if is_sqlite(db_url):
+                _check_writable(db_url)
+                url = _prepare_sqlite(db_url)
+            else:
+                url = db_url
+            self.gb = self._retry(lambda: Gradebook(url, course_id=course_id), fresh_session=False)
+        except GradebookUnavailable:
+            raise
+        except (OSError, sqlite3.Error, DBAPIError) as err:
+            reason = str(getattr(err, "orig", None) or err).splitlines()[0]
+            raise GradebookUnavailable(f"cannot open the gradebook {make_url(db_url).render_as_string()}: "
+                                       f"{reason}") from None
         self.course_id = course_id
         self.session = self.gb.db
         self._retry(lambda: _meta.create_all(self.gb.engine))
+        self._retry(self._add_isolation_column)
 
     # -- plumbing -------------------------------------------------------------------------------
     def close(self) -> None:
@@ -118,6 +152,15 @@ class GradebookWriter:
                 if not transient or attempt == RETRIES - 1:
                     raise
                 time.sleep(min(2.0, 0.05 * 2 ** attempt) * (0.5 + random.random()))
+
+    def _add_isolation_column(self) -> None:
+        """Gradebooks written before the isolation column existed get it (NULL for their old rows)."""
+        from sqlalchemy import inspect, text
+
+        names = {c["name"] for c in inspect(self.gb.engine).get_columns(RESULTS.name)}
+        if "isolation" not in names:
+            with self.gb.engine.begin() as con:
+                con.execute(text(f"ALTER TABLE {RESULTS.name} ADD COLUMN isolation TEXT"))
 
     # -- chapters ---------------------------------------------------------------------------------
     def register_chapter(self, chapter: str, source_nb) -> None:
@@ -232,6 +275,7 @@ class GradebookWriter:
             reason=result.get("reason") or "", flags=json.dumps(flags),
             score=float(result.get("score") or 0.0), max_score=float(result.get("max_score") or 0.0),
             cells=json.dumps(_cell_summary(cells)), seconds=result.get("seconds"),
+            isolation=result.get("isolation") or None,
             graded_at=_dt.datetime.now(_dt.timezone.utc).replace(tzinfo=None)))
         s.commit()
 

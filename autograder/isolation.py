@@ -8,10 +8,10 @@ per :meth:`Engine.grade` call:
 2. **Repair** the structure against ``solutions/<chapter>/<chapter>.ipynb``
    (:func:`autograder.structure.repair`): test and read-only cells come from the source (hidden tests
    included), edits, deletions and duplicated ``grade_id``\\ s are flagged.
-3. **Execute** every code cell in a fresh sandbox forked from the zygote: no network, no view of the course
-   tree (solutions, gradebook, other learners), an unprivileged uid, a private size-limited scratch folder,
-   memory/process/output limits, a per-cell timeout and a per-notebook wall clock (see
-   :mod:`autograder.sandbox` for how). Graded test cells run rewritten so that no expected value exists in
+3. **Execute** every code cell in a fresh sandbox forked from the zygote, at the strongest isolation level
+   this account reaches (``Limits.isolation``; docs/isolation.md): no network, no view of the course tree
+   (solutions, gradebook, other learners), a private scratch folder, memory/process/output limits, a
+   per-cell timeout and a per-notebook wall clock (see :mod:`autograder.sandbox` for how). Graded test cells run rewritten so that no expected value exists in
    the learner's process (see :mod:`autograder.trusted`), and are seeded before they run.
 4. **Decide** each graded test cell here, outside the learner's process, from the values the kernel
    recorded and a *reference profile* of the chapter (:meth:`Engine.profile`): the reference solution run
@@ -38,11 +38,12 @@ Result (JSON-serialisable)::
 
     {"student", "chapter", "status": "graded" | "zero" | "failed", "reason", "flags": [...],
      "score", "max_score", "cells": {grade_id: {"score", "max_score", "passed", "messages"}},
-     "executed_notebook": nbformat JSON or None, "seconds"}
+     "executed_notebook": nbformat JSON or None, "seconds", "isolation": "user (rlimits, seccomp)"}
 
 ``status`` is ``zero`` for an unusable or killed notebook and ``failed`` for a grader problem (never the
 learner's fault: report it). stderr output never costs points. Command line:
-``python -m autograder grade-one CHAPTER NOTEBOOK [--student NAME] [--json OUT] [--html OUT]``.
+``python -m autograder grade-one CHAPTER NOTEBOOK [--student NAME] [--json OUT] [--html OUT]
+[--isolation auto|root|user|process] [--require LEVEL]``.
 """
 from __future__ import annotations
 
@@ -82,13 +83,17 @@ class Limits:
     max_output_mb: float = 5
     scratch_mb: int = 64  # the kernel's private /scratch (a tmpfs, counted in memory_mb)
     cpus: float = 1.0  # CPU quota per sandbox (cgroup cpu controller, where present)
+    # how, not how much, but it travels the same way (local workers, Dask workers, the resume key)
+    isolation: str = "auto"  # auto (strongest reachable) | root | user | process: see docs/isolation.md
+    require: str = ""  # refuse to grade below this level
 
 
 class GraderError(Exception):
     """Something is wrong on the grader's side (not the learner's): the result's status is ``failed``."""
 
 
-REQUIRED = ("root", "namespaces", "memory_cgroup", "pids_cgroup")
+class IsolationUnavailable(GraderError):
+    """The isolation level asked for (``--isolation``) or required (``--require``) cannot be reached here."""
 
 
 def cell_seed(base: int, gid: str) -> int:
@@ -101,7 +106,8 @@ class Engine:
     def __init__(self, course_root: Path, limits: Limits = Limits()):
         self.course = Course(course_root)
         self.limits = limits
-        self.capabilities: dict = {}
+        self.isolation: dict = {}  # the level the zygote reached: {"level", "label", "lacks", ...}
+        self.reachable: list[str] = []
         self._proc: subprocess.Popen | None = None
         self._lock = threading.RLock()
         self._profiles: dict[str, dict] = {}
@@ -118,7 +124,10 @@ class Engine:
             env["PYTHONPATH"] = os.pathsep.join([str(repo), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
             env.pop("ATTENTION_COURSE_ROOT", None)
             self._log = tempfile.TemporaryFile()
-            self._proc = subprocess.Popen([sys.executable, "-m", "autograder.sandbox"], stdin=subprocess.PIPE,
+            argv = [sys.executable, "-m", "autograder.sandbox", "--isolation", self.limits.isolation or "auto"]
+            if self.limits.require:
+                argv += ["--require", self.limits.require]
+            self._proc = subprocess.Popen(argv, stdin=subprocess.PIPE,
                                           stdout=subprocess.PIPE, stderr=self._log, cwd="/", env=env,
                                           start_new_session=True, bufsize=0)
             try:
@@ -126,14 +135,23 @@ class Engine:
             except (TimeoutError, sandbox.ProtocolError) as exc:
                 self._kill()
                 raise GraderError(f"the sandbox zygote did not start ({type(exc).__name__}): {self._log_tail()}")
+            if isinstance(ready, dict) and ready.get("error"):
+                self._kill()
+                raise IsolationUnavailable(str(ready["error"]))
             if not isinstance(ready, dict) or not ready.get("ready"):
                 self._kill()
                 raise GraderError(f"the sandbox zygote did not start: {self._log_tail()}")
-            self.capabilities = ready.get("capabilities", {})
+            self.isolation = ready.get("isolation", {})
+            self.reachable = list(ready.get("reachable", []))
             return self
 
     def missing_capabilities(self) -> list[str]:
-        return [k for k in REQUIRED if not self.capabilities.get(k)]
+        """Empty once the zygote runs at a level (every level is complete in itself; see :meth:`isolation_line`)."""
+        return [] if self.isolation.get("level") else ["a running sandbox zygote"]
+
+    def isolation_line(self) -> str:
+        """One line for instructors: the level reached and what it lacks."""
+        return isolation_line(self.isolation)
 
     def _log_tail(self) -> str:
         try:
@@ -186,10 +204,6 @@ class Engine:
         """Send one job to the zygote (a fresh monitor + kernel); the monitor's report."""
         with self._lock:
             self.start()
-            missing = self.missing_capabilities()
-            if missing:
-                raise GraderError("isolation is incomplete on this machine, missing: " + ", ".join(missing)
-                                  + " (grading needs root, namespaces and cgroup v1 memory+pids)")
             proc = self._proc
             backstop = time.monotonic() + float(job["limits"]["notebook_timeout_s"]) + 60
             try:
@@ -369,7 +383,7 @@ class Engine:
 
     def grade(self, chapter: str, submission: Path, student: str) -> dict:
         started = time.monotonic()
-        result = results.new(student, chapter)
+        result = results.new(student, chapter, isolation=self.isolation.get("label", ""))
         try:
             self._grade(chapter, Path(submission), result)
         except GraderError as exc:
@@ -498,6 +512,32 @@ def grade_submission(course_root, chapter: str, submission, student: str, limits
         return engine.grade(chapter, Path(submission), student)
 
 
+def isolation_line(description: dict) -> str:
+    lacks = description.get("lacks") or []
+    return f"isolation: {description.get('label', '?')}" + ("; lacks: " + "; ".join(lacks) if lacks else "")
+
+
+def preflight(isolation: str = "auto", require: str | None = None) -> str:
+    """The start-up line of ``grade``: the level this account reaches on this machine (the probe the zygote
+    runs, without importing torch). Raises :class:`IsolationUnavailable` when it is not the one asked for."""
+    from .sandbox import levels, zygote
+
+    found = levels.probe(zygote.state_dir())
+    try:
+        level = levels.choose(found, isolation, require)
+    except levels.Unreachable as exc:
+        raise IsolationUnavailable(str(exc)) from None
+    return isolation_line(levels.describe(level, found))
+
+
+def add_isolation_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--isolation`` and ``--require``, shared by ``grade`` and ``grade-one``."""
+    parser.add_argument("--isolation", choices=("auto", "root", "user", "process"), default="auto",
+                        help="isolation level (default: auto, the strongest this account reaches here)")
+    parser.add_argument("--require", choices=("root", "user", "process"), default=None,
+                        help="refuse to grade below this isolation level")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m autograder grade-one",
                                      description="Grade one notebook in the isolated sandbox.")
@@ -509,10 +549,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cell-timeout", type=float, default=Limits.cell_timeout_s)
     parser.add_argument("--notebook-timeout", type=float, default=Limits.notebook_timeout_s)
     parser.add_argument("--memory-mb", type=int, default=Limits.memory_mb)
+    add_isolation_arguments(parser)
     args = parser.parse_args(argv)
     limits = Limits(cell_timeout_s=args.cell_timeout, notebook_timeout_s=args.notebook_timeout,
-                    memory_mb=args.memory_mb)
-    result = grade_submission(Course().root, args.chapter, args.notebook, args.student, limits)
+                    memory_mb=args.memory_mb, isolation=args.isolation, require=args.require or "")
+    try:
+        with Engine(Course().root, limits) as engine:
+            print(engine.isolation_line())
+            result = engine.grade(args.chapter, args.notebook, args.student)
+    except GraderError as exc:
+        print(f"grade-one: {exc}", file=sys.stderr)
+        return 2
     if args.json:
         args.json.write_text(json.dumps(result, indent=1))
     if args.html:

@@ -267,6 +267,12 @@ def render(course: Course, rows: list[dict], failures: list[dict] | None = None)
     parts = [f"<h1>Class report</h1><p>{learners} learners, {len(rows)} recorded notebooks"
              f"{f', {len(failures)} not graded (grader errors)' if failures else ''}, "
              f"generated {_dt.datetime.now().isoformat(timespec='seconds')}.</p>"]
+    levels: dict[str, int] = {}  # the isolation each notebook was graded at (docs/isolation.md)
+    for r in rows:
+        levels[r.get("isolation") or "not recorded"] = levels.get(r.get("isolation") or "not recorded", 0) + 1
+    if levels:
+        parts.append("<p>Isolation: " + "; ".join(f"{esc(k)}: {v} notebook(s)" for k, v in sorted(levels.items()))
+                     + ".</p>")
 
     summary = []
     for ch in chapters:

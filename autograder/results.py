@@ -28,11 +28,13 @@ class Result(TypedDict):
     cells: dict[str, CellResult]  # by grade_id, in the chapter's order
     executed_notebook: dict | None  # nbformat JSON, for instructors only
     seconds: float
+    isolation: str  # the sandbox level it ran at, e.g. "root (cgroup v1)" (docs/isolation.md)
 
 
-def new(student: str, chapter: str, status: Status = "graded", reason: str = "", max_score: float = 0.0) -> Result:
+def new(student: str, chapter: str, status: Status = "graded", reason: str = "", max_score: float = 0.0,
+        isolation: str = "") -> Result:
     return Result(student=student, chapter=chapter, status=status, reason=reason, flags=[], score=0.0,
-                  max_score=float(max_score), cells={}, executed_notebook=None, seconds=0.0)
+                  max_score=float(max_score), cells={}, executed_notebook=None, seconds=0.0, isolation=isolation)
 
 
 def cell(passed: bool, max_score: float, messages: list[str]) -> CellResult:

@@ -5,8 +5,10 @@ in a throwaway copy of the course, one notebook at a time:
 
 - stock: one ``nbgrader autograde CHAPTER`` over all of them (a fresh kernel per notebook, nbgrader's own
   start-up paid once);
-- isolated: one Engine; its start (the zygote importing torch) and the chapter's reference profile (built
-  once per chapter and cached) are reported separately from the per-notebook time.
+- isolated: one Engine per isolation level (root, user namespace, process: docs/isolation.md); its start
+  (the zygote importing torch) and the chapter's reference profile (built once per chapter and cached) are
+  reported separately from the per-notebook time. Run it as an ordinary account to time the levels it
+  reaches without root.
 
     .venv/bin/python benchmarks/isolation_overhead.py [--chapter 03_scoring_functions] [-n 10]
 """
@@ -24,7 +26,7 @@ sys.path.insert(0, str(ROOT))
 
 from autograder import submissions  # noqa: E402
 from autograder.course import Course  # noqa: E402
-from autograder.isolation import Engine, Limits  # noqa: E402
+from autograder.isolation import Engine, GraderError, Limits  # noqa: E402
 
 
 def nbgrader(course: Course, *args: str) -> None:
@@ -38,6 +40,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--chapter", default="03_scoring_functions")
     parser.add_argument("-n", type=int, default=10, help="number of submissions (default 10)")
+    parser.add_argument("--levels", nargs="+", default=["root", "user", "process"],
+                        help="isolation levels to time (those this account cannot reach are reported and skipped)")
     args = parser.parse_args(argv)
     chapter = args.chapter
     with tempfile.TemporaryDirectory() as tmp:
@@ -56,29 +60,32 @@ def main(argv: list[str] | None = None) -> int:
         nbgrader(course, "autograde", chapter, "--force")
         stock = (time.perf_counter() - t) / n
 
-        t = time.perf_counter()
-        with Engine(course.root, Limits()) as engine:
-            start = time.perf_counter() - t
-            missing = engine.missing_capabilities()
-            if missing:
-                raise SystemExit(f"isolation unavailable on this machine: {missing}")
-            t = time.perf_counter()
-            engine.profile(chapter)
-            profile = time.perf_counter() - t
-            t = time.perf_counter()
-            results = [engine.grade(chapter, path, student) for student, path in paths.items()]
-            isolated = (time.perf_counter() - t) / n
-        failed = [r["student"] for r in results if r["status"] == "failed"]
-        if failed:
-            raise SystemExit(f"the engine failed on {failed}")
         print(f"chapter {chapter}, {n} submissions, one notebook at a time")
         print(f"stock nbgrader autograde : {stock:6.2f} s per notebook")
-        print(f"isolated engine          : {isolated:6.2f} s per notebook "
-              f"(+ {start:.1f} s engine start, + {profile:.1f} s reference profile once per chapter)")
-        print(f"ratio isolated / stock   : {isolated / stock:6.2f}")
-        amortised = (isolated * n + start + profile) / n
-        print(f"isolated incl. start and profile, over these {n}: {amortised:.2f} s per notebook "
-              f"(ratio {amortised / stock:.2f})")
+        per_level = {}
+        for level in args.levels:
+            t = time.perf_counter()
+            try:
+                engine = Engine(course.root, Limits(isolation=level)).start()
+            except GraderError as exc:
+                print(f"{level:8s}: not reachable here ({exc})")
+                continue
+            with engine:
+                start = time.perf_counter() - t
+                t = time.perf_counter()
+                engine.profile(chapter)
+                profile = time.perf_counter() - t
+                t = time.perf_counter()
+                results = [engine.grade(chapter, path, student) for student, path in paths.items()]
+                per_level[level] = isolated = (time.perf_counter() - t) / n
+                failed = [r["student"] for r in results if r["status"] == "failed"]
+                if failed:
+                    raise SystemExit(f"the engine failed on {failed} at {level}")
+                print(f"{engine.isolation['label']:40s}: {isolated:6.2f} s per notebook, ratio to stock "
+                      f"{isolated / stock:5.2f} (+ {start:.1f} s engine start, + {profile:.1f} s profile)")
+        if "root" in per_level:
+            for level, value in per_level.items():
+                print(f"{level} / root: {value / per_level['root']:.2f}")
     return 0
 
 

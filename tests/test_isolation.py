@@ -30,12 +30,18 @@ from autograder import structure, submissions, trusted
 from autograder.course import Course
 from autograder.isolation import Engine, Limits, feedback_html
 
+from .hostile import run
 from .hostile.cases import CASES, CHAPTER, FULL, Ctx
 from .synthetic import write_chapter
+from .hostile.levels import expected
 
 COURSE = Course()
 CHAPTERS = COURSE.chapters()
-LIMITS = Limits(cell_timeout_s=5, notebook_timeout_s=20, memory_mb=1536, max_procs=64, max_output_mb=5)
+LIMITS = Limits(**run.LIMITS)
+# levels this machine reaches as root (root with cgroup v1, a user namespace, no namespaces); the unprivileged
+# runs (an ordinary account: user namespace with rlimits, process level, namespaces refused) are in
+# tests/test_unprivileged.py
+LEVELS_AS_ROOT = ("root", "user", "process")
 MISTAKES = [m.id for m in submissions.load_mistakes(COURSE, CHAPTER)]
 
 
@@ -51,10 +57,8 @@ def _course_copy(dest: Path) -> Course:
 
 
 def _require_isolation(engine: Engine) -> None:
-    missing = engine.missing_capabilities()
-    if missing:
-        pytest.fail("isolated grading needs root, Linux namespaces and cgroup v1 memory and pids controllers; "
-                    f"this machine lacks: {', '.join(missing)}")
+    if engine.isolation.get("level") != "root":
+        pytest.fail(f"these tests grade at the root level; this machine reached {engine.isolation_line()}")
 
 
 def _snapshot(*roots: Path, skip: tuple[Path, ...] = ()) -> dict[str, str]:
@@ -102,10 +106,11 @@ class _Server:
         self.sock.close()
 
 
-@pytest.fixture(scope="module")
-def batch(tmp_path_factory):
-    """Grade the whole hostile corpus, in one Engine, once."""
-    tmp = tmp_path_factory.mktemp("hostile")
+@pytest.fixture(scope="module", params=LEVELS_AS_ROOT)
+def batch(request, tmp_path_factory):
+    """Grade the whole hostile corpus, in one Engine at one isolation level, once."""
+    level = request.param
+    tmp = tmp_path_factory.mktemp(f"hostile-{level}")
     course = _course_copy(tmp / "course")
     gradebook = course.grading / "gradebook.db"
     with sqlite3.connect(gradebook) as db:
@@ -118,31 +123,19 @@ def batch(tmp_path_factory):
     ctx = Ctx(course=course, repo=COURSE.root, port=server.port, canary=canary, other_student=other)
     protected = (course.root, COURSE.solutions, canary)
     skip = (course.grading / "expected", course.grading / "submitted" / "hostile")
-    results, started = {}, time.monotonic()
+    started = time.monotonic()
     try:
-        with Engine(course.root, LIMITS) as engine:
-            _require_isolation(engine)
+        with Engine(course.root, Limits(**run.LIMITS, isolation=level)) as engine:
+            assert engine.isolation["level"] == level, engine.isolation
             engine.profile(CHAPTER)  # built (trusted side) before the snapshot
+            paths = run.write_cases(ctx)
             before = _snapshot(*protected, skip=skip)
-            for case in CASES:
-                built = case.build(ctx)
-                path = course.grading / "submitted" / "hostile" / case.name / case.file_name
-                path.parent.mkdir(parents=True)
-                if isinstance(built, bytes):
-                    path.write_bytes(built)
-                else:  # written as JSON, not nbformat.write: hostile notebooks may be invalid on purpose
-                    path.write_text(json.dumps(built))
-                results[case.name] = engine.grade(CHAPTER, path, case.name)
-            after_ref = submissions.reference(course, CHAPTER)
-            path = course.grading / "submitted" / "hostile" / "after" / f"{CHAPTER}.ipynb"
-            path.parent.mkdir(parents=True)
-            nbformat.write(after_ref, path)
-            results["__after__"] = engine.grade(CHAPTER, path, "after")
+            results = run.grade_cases(engine, paths)
         after = _snapshot(*protected, skip=skip)
     finally:
         server.close()
     changed = sorted(k for k in set(before) | set(after) if before.get(k) != after.get(k))
-    return {"results": results, "changed": changed, "server": server.received, "course": course,
+    return {"level": level, "results": results, "changed": changed, "server": server.received, "course": course,
             "seconds": time.monotonic() - started}
 
 
@@ -162,8 +155,13 @@ def test_corpus_has_at_least_20_cases():
 @pytest.mark.timeout(400)
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_hostile_notebook(batch, case):
+    assert_contained(batch, expected(case, batch["level"]))
+
+
+def assert_contained(batch: dict, case) -> None:
+    """The case's exact outcome at the batch's level (tests/hostile/levels.py), and nothing escaped."""
     results = batch["results"]
-    assert all(c.name in results for c in CASES) and "__after__" in results, "the batch did not finish"
+    assert case.name in results and "__after__" in results, "the batch did not finish"
     assert results["__after__"]["score"] == FULL, "the engine is not healthy after the hostile corpus"
     assert batch["changed"] == [], f"files outside the sandbox changed: {batch['changed']}"
     assert batch["server"] == [], f"the loopback server was reached: {batch['server']}"

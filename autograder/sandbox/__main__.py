@@ -1,0 +1,3 @@
+from .zygote import zygote_main
+
+raise SystemExit(zygote_main())

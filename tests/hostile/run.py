@@ -1,0 +1,62 @@
+"""Grading the hostile corpus: one Engine, every case, then the reference again (is the engine healthy?).
+
+Used in-process by tests/test_isolation.py (as root, at each level) and, as a throwaway unprivileged account,
+by tests/test_unprivileged.py: ``python -m tests.hostile.run COURSE LEVEL OUT.json`` grades the cases
+already written under COURSE/grading/submitted/hostile/ and writes the results and the level reached.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import nbformat
+
+from autograder import submissions
+from autograder.course import Course
+from autograder.isolation import Engine, Limits
+
+from .cases import CASES, CHAPTER, Ctx
+
+LIMITS = dict(cell_timeout_s=5, notebook_timeout_s=20, memory_mb=1536, max_procs=64, max_output_mb=5)
+
+
+def write_cases(ctx: Ctx) -> dict[str, Path]:
+    """Every case's file under grading/submitted/hostile/<case>/, and the reference as "__after__"."""
+    base = ctx.course.grading / "submitted" / "hostile"
+    paths = {}
+    for case in CASES:
+        built = case.build(ctx)
+        path = base / case.name / case.file_name
+        path.parent.mkdir(parents=True)
+        if isinstance(built, bytes):
+            path.write_bytes(built)
+        else:  # written as JSON, not nbformat.write: hostile notebooks may be invalid on purpose
+            path.write_text(json.dumps(built))
+        paths[case.name] = path
+    path = base / "__after__" / f"{CHAPTER}.ipynb"
+    path.parent.mkdir(parents=True)
+    nbformat.write(submissions.reference(ctx.course, CHAPTER), path)
+    paths["__after__"] = path
+    return paths
+
+
+def grade_cases(engine: Engine, paths: dict[str, Path]) -> dict[str, dict]:
+    return {name: engine.grade(CHAPTER, path, name) for name, path in paths.items()}
+
+
+def main(argv: list[str]) -> int:
+    course, level, out = Course(Path(argv[0])), argv[1], Path(argv[2])
+    base = course.grading / "submitted" / "hostile"
+    names = [c.name for c in CASES] + ["__after__"]  # the reference last: is the engine still healthy?
+    names = [n for n in names if not argv[3:] or n in argv[3:]]
+    paths = {name: next((base / name).iterdir()) for name in names}
+    with Engine(course.root, Limits(**LIMITS, isolation=level)) as engine:
+        engine.profile(CHAPTER)
+        results = grade_cases(engine, paths)
+        out.write_text(json.dumps({"isolation": engine.isolation, "results": results}))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

@@ -1,0 +1,222 @@
+"""Grading as an ordinary account: a throwaway unprivileged user grades a fresh copy of the course.
+
+The test (root) creates the account (``useradd``), gives it a copy of the course it owns, and runs the
+grader as it with ``su``; the repository and its virtual environment are only read. Where the Python
+installation sits under a folder other accounts cannot enter (here ``/root/.pyenv``), the account's commands
+run in a private mount namespace in which that folder is a tmpfs holding only the Python installation: the
+host is not changed. Without root the test skips (creating an account needs root).
+
+What it proves on this machine (cgroup v1, so the account has no cgroup: limits are rlimits):
+- ``grade`` as the account reaches the user-namespace level, says so, and gives the reference full marks,
+  the blank zero and sampled catalogued mistakes exactly the per-cell scores the root level gives;
+- the hostile corpus holds at ``user-rlimits`` and ``process-rlimits`` (tests/hostile/levels.py), and with
+  namespaces refused by a seccomp filter (as Docker's default profile does) ``auto`` falls back to the
+  process level, which holds on the cases that attack the file system, the network and the process table;
+- a gradebook the account cannot write gives one clear line, not a traceback.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from autograder import submissions
+from autograder.course import Course
+from autograder.isolation import Engine, Limits
+
+from .hostile import run
+from .hostile.cases import CASES, CHAPTER, Ctx
+from .hostile.levels import expected
+from .test_isolation import _course_copy, _Server, _snapshot, assert_contained
+
+pytestmark = pytest.mark.sandbox
+
+REPO = Course().root
+PYTHON = sys.executable
+SAMPLED_MISTAKES = ("softmax-over-queries", "additive-without-tanh", "sdpa-missing-scale", "variance-not-scaled")
+# with namespaces refused: the cases that attack what namespaces would have hidden
+REFUSED_NAMESPACE_CASES = ("read_solutions", "write_gradebook", "network", "fork_bomb", "__after__")
+
+
+def _blocking_dir(path: str) -> tuple[str, str] | None:
+    """(a folder others cannot enter on the way to ``path``, its child on that way), or None."""
+    parts = Path(path).resolve().parts
+    for i in range(2, len(parts)):
+        folder = os.path.join(*parts[:i])
+        if not os.stat(folder).st_mode & 0o001:
+            return folder, os.path.join(folder, parts[i])
+    return None
+
+
+class Account:
+    def __init__(self):
+        self.name = f"attn-{uuid.uuid4().hex[:8]}"
+        subprocess.run(["useradd", "-m", "-s", "/bin/sh", self.name], check=True)
+        self.uid = int(subprocess.run(["id", "-u", self.name], capture_output=True, text=True, check=True).stdout)
+        self.home = Path(f"/home/{self.name}")
+        self.hide = [b for b in {_blocking_dir(os.path.realpath(sys.base_prefix)), _blocking_dir(sys.prefix),
+                                 _blocking_dir(str(REPO))} if b]
+
+    def own(self, path: Path) -> None:
+        subprocess.run(["chown", "-R", f"{self.name}:{self.name}", str(path)], check=True)
+
+    def run(self, command: str, timeout: float) -> subprocess.CompletedProcess:
+        """``command`` as the account (a shell line, run in the repository)."""
+        inner = f"cd {shlex.quote(str(REPO))} && OMP_NUM_THREADS=1 {command}"
+        su = f"exec su -s /bin/sh {self.name} -c {shlex.quote(inner)}"
+        if not self.hide:
+            argv = ["sh", "-c", su]
+        else:  # a private mount namespace in which the closed folder holds only what the grader needs
+            hold = self.home / ".hold"
+            lines = ["set -e"]
+            for k, (folder, child) in enumerate(sorted(self.hide)):
+                lines += [f"mkdir -p {hold}/{k}", f"mount --bind {shlex.quote(child)} {hold}/{k}",
+                          f"mount -t tmpfs -o mode=0711 tmpfs {shlex.quote(folder)}",
+                          f"mkdir -p {shlex.quote(child)}", f"mount --move {hold}/{k} {shlex.quote(child)}"]
+            argv = ["unshare", "-m", "--propagation", "private", "sh", "-c", "\n".join(lines + [su])]
+        return subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+
+    def remove(self) -> None:
+        for entry in os.listdir("/proc"):  # only this account's processes, by pid
+            try:
+                if entry.isdigit() and os.stat(f"/proc/{entry}").st_uid == self.uid:
+                    os.kill(int(entry), signal.SIGKILL)
+            except OSError:
+                pass
+        time.sleep(0.5)
+        subprocess.run(["userdel", "-r", self.name], capture_output=True)
+
+
+@pytest.fixture(scope="module")
+def account():
+    if os.geteuid() != 0:
+        pytest.skip("creating a throwaway unprivileged account needs root (useradd, su); run as root")
+    acct = Account()
+    try:
+        yield acct
+    finally:
+        acct.remove()
+
+
+def _course_for(account: Account, name: str) -> Course:
+    course = _course_copy(account.home / name)
+    account.own(course.root)
+    return course
+
+
+@pytest.mark.timeout(1500)
+def test_grade_as_an_ordinary_account_gives_the_root_scores(account, tmp_path):
+    course = _course_for(account, "class")
+    mistakes = {m.id: m for m in submissions.load_mistakes(course, CHAPTER)}
+    notebooks = {"reference": submissions.reference(course, CHAPTER), "blank": submissions.blank(course, CHAPTER)}
+    notebooks |= {m: submissions.with_mistake(course, CHAPTER, mistakes[m]) for m in SAMPLED_MISTAKES}
+    paths = {s: submissions.write_submission(course, s, CHAPTER, nb) for s, nb in notebooks.items()}
+    account.own(course.root)
+    done = account.run(f"{PYTHON} -m autograder grade {CHAPTER} --course {course.root} --workers 2 --no-progress",
+                       timeout=1200)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "isolation: user (rlimits, seccomp)" in done.stdout, done.stdout
+    assert "Traceback" not in done.stdout + done.stderr
+    with sqlite3.connect(course.grading / "gradebook.db") as db:
+        rows = {s: (status, score, json.loads(cells), iso) for s, status, score, cells, iso in db.execute(
+            "select student, status, score, cells, isolation from autograder_result")}
+    assert set(rows) == set(notebooks)
+    with Engine(course.root, Limits()) as engine:  # the same notebooks at the root level
+        assert engine.isolation["level"] == "root"
+        for student, path in paths.items():
+            r = engine.grade(CHAPTER, path, student)
+            status, score, cells, iso = rows[student]
+            assert iso == "user (rlimits, seccomp)"
+            assert (status, score) == (r["status"], r["score"]), student
+            assert {g: c["score"] for g, c in cells.items()} == {g: c["score"] for g, c in r["cells"].items()}, student
+    assert rows["reference"][1] == 27 and rows["blank"][1] == 0
+    assert all(rows[m][1] < 27 for m in SAMPLED_MISTAKES)
+
+
+def _hostile_as(account: Account, level: str, wrapper: str = "", names=None) -> dict:
+    """The hostile corpus graded by the account at ``level``; what changed outside, what the server got."""
+    course = _course_for(account, f"hostile-{level}-{uuid.uuid4().hex[:4]}")
+    gradebook = course.grading / "gradebook.db"
+    with sqlite3.connect(gradebook) as db:
+        db.execute("create table grade (student text, score real)")
+        db.execute("insert into grade values ('someone', 12.5)")
+    other = submissions.write_submission(course, "other-learner", CHAPTER, submissions.reference(course, CHAPTER))
+    canary = account.home / f"canary-{level}.txt"  # the account's own file: only the sandbox is kept off it
+    canary.write_text("nobody writes here")
+    server = _Server()
+    ctx = Ctx(course=course, repo=REPO, port=server.port, canary=canary, other_student=other)
+    try:
+        paths = run.write_cases(ctx)
+        if names:
+            for name in set(paths) - set(names):
+                shutil.rmtree(paths[name].parent)
+        account.own(course.root)
+        account.own(canary)
+        out = account.home / f"results-{level}.json"
+        protected = (course.root, REPO / "solutions", canary)
+        skip = (course.grading / "expected", course.grading / "submitted" / "hostile")
+        before = _snapshot(*protected, skip=skip)
+        started = time.monotonic()
+        done = account.run(f"{wrapper}{PYTHON} -m tests.hostile.run {course.root} {level} {out}"
+                           + (" " + " ".join(names) if names else ""), timeout=1300)
+        after = _snapshot(*protected, skip=skip)
+    finally:
+        server.close()
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    data = json.loads(out.read_text())
+    changed = sorted(k for k in set(before) | set(after) if before.get(k) != after.get(k))
+    return {"results": data["results"], "isolation": data["isolation"], "changed": changed,
+            "server": server.received, "seconds": time.monotonic() - started}
+
+
+@pytest.fixture(scope="module", params=("user", "process"))
+def hostile_batch(request, account):
+    batch = _hostile_as(account, request.param)
+    batch["level"] = f"{request.param}-rlimits"
+    assert batch["isolation"]["level"] == request.param and batch["isolation"]["cgroup"] == "none"
+    return batch
+
+
+@pytest.mark.timeout(1500)
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_hostile_notebook_as_an_ordinary_account(hostile_batch, case):
+    assert_contained(hostile_batch, expected(case, hostile_batch["level"]))
+
+
+@pytest.mark.timeout(1500)
+def test_namespaces_refused_by_seccomp_fall_back_to_the_process_level(account):
+    # a filter like a container runtime's default: unshare, setns and clone with CLONE_NEW* refused
+    wrapper = (f"{PYTHON} -c \"import os, sys; from autograder.sandbox import seccomp; "
+               "seccomp.load(seccomp.NAMESPACE_REFUSAL); os.execv(sys.executable, [sys.executable] + sys.argv[1:])\" ")
+    batch = _hostile_as(account, "auto", wrapper, names=REFUSED_NAMESPACE_CASES)
+    batch["level"] = "process-rlimits"
+    assert batch["isolation"]["level"] == "process", batch["isolation"]
+    by_name = {c.name: c for c in CASES}
+    for name in REFUSED_NAMESPACE_CASES[:-1]:
+        assert_contained(batch, expected(by_name[name], "process-rlimits"))
+
+
+@pytest.mark.timeout(300)
+def test_unwritable_gradebook_gives_one_clear_line(account):
+    course = Course(_course_copy(account.home / "readonly").root)
+    submissions.write_submission(course, "someone", CHAPTER, submissions.blank(course, CHAPTER))
+    (course.grading / "gradebook.db").write_bytes(b"")  # root's, mode 644: the account cannot write it
+    subprocess.run(["chown", "-R", f"{account.name}:{account.name}", str(course.grading / "submitted")], check=True)
+    done = account.run(f"{PYTHON} -m autograder grade {CHAPTER} --course {course.root} --workers 1 --no-progress",
+                       timeout=280)
+    assert done.returncode == 2
+    assert "Traceback" not in done.stdout + done.stderr
+    err = [line for line in done.stderr.splitlines() if line.strip()]
+    assert err == [f"grading stopped: cannot write the gradebook {course.grading / 'gradebook.db'}: permission denied "
+                   f"for this account (uid {account.uid}); give it write access to {course.grading / 'gradebook.db'} "
+                   "and its folder, or pass --db with a gradebook it can write"], done.stderr
