@@ -65,6 +65,7 @@ from pathlib import Path
 import nbformat
 
 from attention_course.cells import RECORD_MIME, grade_id, graded_cells, is_graded_test, is_setup, is_solution
+from attention_course.kinds import REGISTRY
 
 from . import intake, results, sandbox, structure, trusted
 from .course import Course
@@ -310,7 +311,8 @@ class Engine:
                 other = by_key2.get(key)
                 if other is None:
                     raise GraderError(f"check {key} of {chapter} ran in one reference run but not the other")
-                if rec["kind"] == "close" and other["params"].get("want") != rec["params"].get("want"):
+                expected = REGISTRY[rec["kind"]].expected if rec.get("kind") in REGISTRY else None
+                if expected and other["params"].get(expected) != rec["params"].get(expected):
                     keep_want.add(rec["site"])
                 checks.append({"key": key, "check": rec["check"], "kind": rec["kind"], "site": rec["site"],
                                "params": rec["params"], "ref_got": rec["got"]})
@@ -349,7 +351,7 @@ class Engine:
             for gid in failing:
                 spec = prof["cells"][gid]
                 spec["conservative"] = True
-                spec["keep_want_sites"] = sorted(c["site"] for c in spec["checks"] if c["kind"] == "close")
+                spec["keep_want_sites"] = sorted(c["site"] for c in spec["checks"] if REGISTRY[c["kind"]].expected)
 
     def _reference_limits(self) -> Limits:
         return Limits(cell_timeout_s=max(self.limits.cell_timeout_s, 120),

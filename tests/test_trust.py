@@ -256,7 +256,11 @@ def test_yes_no_cheats_lose_the_points_the_reference_keeps(tmp_path):
     for name in CHEATS:
         r = results[name]
         assert r["status"] == "graded" and r["score"] == 0, (name, r["cells"])
-        assert "hidden check 1: the answer is wrong. 3 is odd" in r["cells"]["test_even"]["messages"], name
+    for name in ("always-yes", "reads-the-test-line"):  # "3 is odd" was asked, and the answer never showed
+        assert "hidden check 1: the answer is wrong. 3 is odd" in results[name]["cells"]["test_even"]["messages"]
+    # rebinding the recorder during the first check is caught at once: every record of the cell is refused
+    assert results["rewrites-the-recorder"]["cells"]["test_even"]["messages"] == [
+        "hidden checks 1, 2, 3, 4: did not run (an earlier error stopped the cell)"]
 
 
 @pytest.mark.unit
