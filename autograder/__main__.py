@@ -8,7 +8,8 @@
   the command line); only batch grading, which finds chapters by nbgrader's layout, needs ``<chapter>.ipynb``.
 - ``export [--format canvas|long|wide|all] [--out DIR] [--db URL]``: the grades for an LMS (see
   ``autograder/export.py``).
-- ``nbgrader ARGS...``: run nbgrader with this course's configuration (e.g. ``nbgrader autograde 03_scoring_functions``).
+- ``nbgrader ARGS...``: run nbgrader with this course's configuration
+  (e.g. ``nbgrader autograde 03_scoring_functions``).
 """
 from __future__ import annotations
 
