@@ -10,7 +10,8 @@
   ``autograder/export.py``).
 - ``grade`` and ``grade-one`` take ``--isolation auto|root|user|process`` (default auto: the strongest this
   account reaches) and ``--require LEVEL`` (refuse to grade below it); see docs/isolation.md.
-- ``nbgrader ARGS...``: run nbgrader with this course's configuration (e.g. ``nbgrader autograde 03_scoring_functions``).
+- ``nbgrader ARGS...``: run nbgrader with this course's configuration
+  (e.g. ``nbgrader autograde 03_scoring_functions``).
 """
 from __future__ import annotations
 

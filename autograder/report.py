@@ -300,10 +300,12 @@ def render(course: Course, rows: list[dict], failures: list[dict] | None = None)
     parts.append("<h2>Checks that failed most</h2>" + (_table(["chapter", "graded cell", "failed", "symptoms "
                                                                "(verdict messages)"], body) if body else "<p>None.</p>"))
 
-    body = [[esc(g["chapter"]), esc(g["label"]) + ("" if g["catalogued"] else " <span class=n>(not in the catalogue)"
-                                                                            "</span>"),
-             "<br>".join(esc(m) for m in g["mistakes"]) or "&ndash;", ", ".join(f"<code>{esc(c)}</code>" for c in g["cells"]),
-             str(len(g["learners"])), esc(", ".join(g["learners"]))] for g in misconceptions(course, rows)]
+    body = []
+    for g in misconceptions(course, rows):
+        label = esc(g["label"]) + ("" if g["catalogued"] else " <span class=n>(not in the catalogue)</span>")
+        body.append([esc(g["chapter"]), label, "<br>".join(esc(m) for m in g["mistakes"]) or "&ndash;",
+                     ", ".join(f"<code>{esc(c)}</code>" for c in g["cells"]), str(len(g["learners"])),
+                     esc(", ".join(g["learners"]))])
     parts.append("<h2>What the class got wrong (by symptom)</h2><p>Failed graded cells grouped by the symptom "
                  "their verdict names, labelled from the chapter's mistake catalogue. Instructors only: it names "
                  "learners.</p>" + (_table(["chapter", "symptom", "catalogued mistakes with this symptom",
@@ -323,7 +325,8 @@ def render(course: Course, rows: list[dict], failures: list[dict] | None = None)
                      + _table(["student", "chapter", "error"], fail))
     style = ("body{font-family:sans-serif;margin:2em;max-width:1400px}table{border-collapse:collapse;margin:1em 0}"
              "td,th{border:1px solid #ccc;padding:3px 8px;text-align:left;vertical-align:top;font-size:13px}"
-             "th{background:#f0f0f0}.n{color:#888}.fig{overflow-x:auto}.fig img{display:block;margin:0 0 1em}pre{white-space:pre-wrap;margin:0}")
+             "th{background:#f0f0f0}.n{color:#888}.fig{overflow-x:auto}.fig img{display:block;margin:0 0 1em}"
+             "pre{white-space:pre-wrap;margin:0}")
     return ("<!DOCTYPE html><html><head><meta charset='utf-8'><title>Class report</title>"
             f"<style>{style}</style></head><body>" + "\n".join(parts) + "</body></html>")
 

@@ -382,7 +382,8 @@ def main(argv: list[str] | None = None) -> int:
             numbers["cpu_ratio_runs"] = cpu_ratio
             print(f"CPU-time ratio stock / ours:       {spread(cpu_ratio)}   (less sensitive to a loaded machine)")
         if args.small:
-            print(f"ours marginal cost (s/notebook):   {spread(numbers['ours_marginal_runs_s'])}   (target: under 0.5 s)")
+            print(f"ours marginal cost (s/notebook):   {spread(numbers['ours_marginal_runs_s'])}   "
+                  f"(target: under 0.5 s)")
             if not args.skip_stock:
                 print(f"stock marginal cost (s/notebook):  {spread(numbers['stock_marginal_runs_s'])}")
         print(f"nothing to grade (s):              {spread(runs['noop_s'])}   CPU {spread(runs['noop_cpu_s'])}   "
@@ -394,7 +395,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.dask:
             verdict = ("identical scores" if not numbers["dask_disagreements"]
                        else f"SCORES DIFFER for {numbers['dask_disagreements']}")
-            print(f"Dask, scheduler + 2 workers (s):   {numbers['dask_s']:.1f} vs local {runs['ours_s'][-1]:.1f}; {verdict}")
+            print(f"Dask, scheduler + 2 workers (s):   {numbers['dask_s']:.1f} vs local {runs['ours_s'][-1]:.1f}; "
+                  f"{verdict}")
         if timed:
             print_breakdown(last_stats, runs["ours_s"][-1], min(workers, n))
         if not args.skip_stock:
