@@ -255,7 +255,7 @@ def _stub_run(course, stats, *args):
     return out, json.loads(stats.read_text())
 
 
-@pytest.mark.unit
+@pytest.mark.sandbox  # five `grade` processes (stub engine): an integration test, not the inner loop
 @pytest.mark.timeout(600)
 def test_nothing_to_grade_starts_no_worker_and_loads_nothing(tmp_path):
     """Issue 16: a run with nothing to grade decides from the recorded keys alone: no worker process, no torch,
