@@ -159,7 +159,7 @@ def test_corpus_has_at_least_20_cases():
 
 
 @pytest.mark.sandbox
-@pytest.mark.timeout(400)
+@pytest.mark.timeout(600)  # the whole corpus is graded in the first test that asks (the batch fixture)
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_hostile_notebook(batch, case):
     results = batch["results"]
@@ -198,7 +198,7 @@ def test_hostile_notebook(batch, case):
 
 
 @pytest.mark.sandbox
-@pytest.mark.timeout(400)
+@pytest.mark.timeout(600)  # the whole corpus is graded in the first test that asks (the batch fixture)
 def test_wrong_answer_feedback_names_symptoms_without_leaking(batch):
     source = nbformat.read(COURSE.source_notebook(CHAPTER), as_version=4)
     secrets = {"BEGIN HIDDEN TESTS", "0.32861", "torch-sdpa-", "masked-weights-"}
