@@ -466,7 +466,9 @@ def decide_cell(spec: dict, records: list[dict], error: dict | None, grade_id: s
         label = f"hidden check {n}" if hidden else chk["check"]
         count = counts.get(key, 0)
         if count == 0:
-            failures.append(f"{label}: did not run (an earlier error stopped the cell)")
+            failures.append(f"{label}: did not run (an earlier error stopped the cell)" if error is not None else
+                            f"{label}: no result recorded by the test itself (the notebook replaced the grader's "
+                            "recorder?)")
             continue
         if count > 1:
             failures.append(f"{label}: recorded {count} times; the notebook emitted a fake check record")

@@ -152,7 +152,7 @@ def test_corpus_has_at_least_20_cases():
 
 
 @pytest.mark.sandbox
-@pytest.mark.timeout(400)
+@pytest.mark.timeout(600)  # the whole corpus is graded in the first test that asks (the batch fixture)
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_hostile_notebook(batch, case):
     assert_contained(batch, expected(case, batch["level"]))
@@ -196,7 +196,7 @@ def assert_contained(batch: dict, case) -> None:
 
 
 @pytest.mark.sandbox
-@pytest.mark.timeout(400)
+@pytest.mark.timeout(600)  # the whole corpus is graded in the first test that asks (the batch fixture)
 def test_wrong_answer_feedback_names_symptoms_without_leaking(batch):
     source = nbformat.read(COURSE.source_notebook(CHAPTER), as_version=4)
     secrets = {"BEGIN HIDDEN TESTS", "0.32861", "torch-sdpa-", "masked-weights-"}

@@ -260,7 +260,8 @@ def test_yes_no_cheats_lose_the_points_the_reference_keeps(tmp_path):
         assert "hidden check 1: the answer is wrong. 3 is odd" in results[name]["cells"]["test_even"]["messages"]
     # rebinding the recorder during the first check is caught at once: every record of the cell is refused
     assert results["rewrites-the-recorder"]["cells"]["test_even"]["messages"] == [
-        "hidden checks 1, 2, 3, 4: did not run (an earlier error stopped the cell)"]
+        "hidden checks 1, 2, 3, 4: no result recorded by the test itself (the notebook replaced the grader's "
+        "recorder?)"]
 
 
 @pytest.mark.unit
