@@ -145,6 +145,16 @@ def test_delegated_subtree_moves_its_processes_to_a_leaf_before_enabling_control
     assert ("attention-course/cgroup.subtree_control", "+pids") in log
 
 
+def test_a_process_already_in_the_leaf_uses_the_delegated_parent(tmp_path, kernel):
+    _group(tmp_path, "cpu memory pids")
+    own = _group(tmp_path / DELEGATED, "memory pids", procs="4242\n")
+    cgroups.CgroupV2(str(tmp_path), self_cgroup=f"0::/{DELEGATED}\n", root=False)
+    kernel.log.clear()
+    # the next run starts from the leaf the first one moved the shell into: no deeper nesting, no moves
+    backend = cgroups.CgroupV2(str(tmp_path), self_cgroup=f"0::/{DELEGATED}/{cgroups.V2_LEAF}\n", root=False)
+    assert backend.base == str(own / cgroups.V2_BASE) and kernel.log == []
+
+
 def test_controllers_already_enabled_are_not_touched(tmp_path, kernel):
     _group(tmp_path, "cpu memory pids")
     _group(tmp_path / DELEGATED, "memory pids", procs="", subtree="memory pids\n")

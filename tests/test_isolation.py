@@ -342,3 +342,70 @@ def test_unusable_files_get_a_reason(tmp_path):
     p.write_text(json.dumps({"cells": [{"cell_type": "code", "source": 5}]}))
     with pytest.raises(structure.Unusable, match="not a notebook"):
         structure.load_submission(p, CHAPTER)
+
+
+# -- choosing the level (pure logic: the probe's findings are given) ------------------------------------
+
+
+def _found(root=False, namespaces=False, userns=False, landlock=7, backend=None):
+    from autograder.sandbox import cgroups
+
+    return {"root": root, "namespaces": namespaces, "user_namespace": userns, "seccomp": True,
+            "landlock": landlock, "cgroup": backend or cgroups.NoCgroup(), "cgroup_reasons": ["cgroup v1: needs root"]}
+
+
+@pytest.mark.unit
+@pytest.mark.timeout(60)
+def test_the_strongest_reachable_level_is_chosen_and_nothing_below_the_required_one():
+    from autograder.sandbox import levels
+
+    assert levels.choose(_found(root=True, namespaces=True, userns=True)) == "root"
+    assert levels.choose(_found(userns=True)) == "user"
+    assert levels.choose(_found()) == "process"
+    assert levels.choose(_found(userns=True), "process") == "process"
+    with pytest.raises(levels.Unreachable, match="'user' is not reachable here: unprivileged user namespaces"):
+        levels.choose(_found(), "user")
+    with pytest.raises(levels.Unreachable, match="isolation 'process' is below the required 'user'"):
+        levels.choose(_found(), "auto", "user")
+    with pytest.raises(levels.Unreachable, match="not running as root"):
+        levels.choose(_found(userns=True), "root")
+
+
+@pytest.mark.unit
+@pytest.mark.timeout(60)
+def test_each_level_says_what_it_lacks():
+    from autograder.sandbox import levels
+
+    user = levels.describe("user", _found(userns=True))
+    assert user["label"] == "user (rlimits, seccomp)"
+    assert user["lacks"] == ["no cgroup: memory limited by RLIMIT_AS and processes by RLIMIT_NPROC (a notebook over "
+                             "a limit sees an error instead of being stopped)"]
+    proc = levels.describe("process", _found(landlock=0))
+    assert proc["label"] == "process (rlimits, no landlock, seccomp)"
+    assert any(line.startswith("no Landlock: the kernel can read whatever this account can read") for line in proc["lacks"])
+    assert any(line.startswith("no namespaces") for line in proc["lacks"])
+    old = levels.describe("process", _found(landlock=4))
+    assert any("Landlock ABI 4 (< 6): signals" in line for line in old["lacks"])
+
+
+@pytest.mark.unit
+@pytest.mark.timeout(60)
+def test_policies_are_data_applied_by_named_steps():
+    from autograder.sandbox import jail, policy
+
+    for level in policy.LEVELS:
+        for root in (True, False):
+            pol = policy.for_level(level, root=root, cgroup=False, landlock=True, seccomp=True)
+            assert set(pol.monitor_steps) | set(pol.kernel_steps) <= set(jail.STEPS)
+            assert pol.kernel_steps[-2:] == ("seccomp", "environment")  # learner code starts right after
+    user = policy.for_level("user", root=False, cgroup=False, landlock=True, seccomp=True)
+    assert "drop_capabilities" in user.kernel_steps and "user_namespace" in user.monitor_steps
+    proc = policy.for_level("process", root=False, cgroup=False, landlock=True, seccomp=True)
+    assert proc.kernel_steps.index("landlock_rules") < proc.kernel_steps.index("no_new_privs") \
+        < proc.kernel_steps.index("landlock")
+    assert "/etc" not in proc.binds and "/etc/shadow" not in proc.read_only_extra
+    limits = {"max_procs": 64, "scratch_mb": 64, "notebook_timeout_s": 20, "memory_mb": 1536}
+    with_cgroup = policy.rlimits(limits, nproc_base=0, as_base_mb=None)
+    assert with_cgroup["RLIMIT_NPROC"] == (96, 96) and "RLIMIT_AS" not in with_cgroup
+    alone = policy.rlimits(limits, nproc_base=10, as_base_mb=3000)
+    assert alone["RLIMIT_NPROC"] == (74, 74) and alone["RLIMIT_AS"] == ((3000 + 1536) << 20,) * 2

@@ -58,6 +58,13 @@ def _blocking_dir(path: str) -> tuple[str, str] | None:
     return None
 
 
+def _owner(pid: str) -> int | None:
+    try:
+        return os.stat(f"/proc/{pid}").st_uid
+    except OSError:
+        return None
+
+
 class Account:
     def __init__(self):
         self.name = f"attn-{uuid.uuid4().hex[:8]}"
@@ -173,6 +180,9 @@ def _hostile_as(account: Account, level: str, wrapper: str = "", names=None) -> 
     finally:
         server.close()
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    time.sleep(1)
+    left = [p for p in os.listdir("/proc") if p.isdigit() and _owner(p) == account.uid]
+    assert left == [], f"processes of the account outlived the grader: {left}"  # e.g. a fork bomb's children
     data = json.loads(out.read_text())
     changed = sorted(k for k in set(before) | set(after) if before.get(k) != after.get(k))
     return {"results": data["results"], "isolation": data["isolation"], "changed": changed,

@@ -330,6 +330,8 @@ class CgroupV2:
             own = v2_own_path(self_cgroup if self_cgroup is not None else _self_cgroup())
             if own is None:
                 raise Unavailable("this process is in no cgroup v2 group")
+            while own.rsplit("/", 1)[-1] == V2_LEAF:  # moved there by an earlier run: its parent is ours
+                own = own.rpartition("/")[0]
             parent, is_root = os.path.join(mount, own), own == ""
             if not (os.access(os.path.join(parent, "cgroup.procs"), os.W_OK)
                     and os.access(os.path.join(parent, "cgroup.subtree_control"), os.W_OK)):

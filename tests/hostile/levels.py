@@ -11,16 +11,25 @@ from __future__ import annotations
 
 import dataclasses
 
-from .cases import CASES, Case
+from .cases import CASES, FULL, Case
+
+# No cgroup: the allocation or the fork fails inside the learner's cell (RLIMIT_AS, RLIMIT_NPROC) instead of
+# the kernel being killed; the rest of the notebook runs and is graded (here: the reference, full marks).
+# Nothing outlives the notebook either way (tests/test_unprivileged.py checks the account has no process left).
+RLIMITS = {
+    "memory_bomb": {"status": "graded", "score": FULL, "reason": "",
+                    "outputs_contain": ("DefaultCPUAllocator: can't allocate memory",)},
+    "fork_bomb": {"status": "graded", "score": FULL, "reason": "", "outputs_contain": ("BlockingIOError",)},
+}
 
 DIFFERENCES: dict[str, dict[str, dict]] = {
     "root": {},
     "user": {},
     # Landlock: listing the course root is refused (it is not hidden by a private root: it is unreadable)
     "process": {"read_solutions": {"outputs_contain": ("FOUND []", "PermissionError: [Errno 13] Permission denied")}},
-    "user-rlimits": {},
-    "process-rlimits": {"read_solutions": {"outputs_contain": ("FOUND []",
-                                                                "PermissionError: [Errno 13] Permission denied")}},
+    "user-rlimits": dict(RLIMITS),
+    "process-rlimits": {**RLIMITS, "read_solutions": {"outputs_contain": ("FOUND []",
+                                                                           "PermissionError: [Errno 13] Permission denied")}},
 }
 
 
