@@ -713,6 +713,21 @@ def write_outputs(course: Course, result: dict, summary: Summary | None = None) 
         summary.add_stage("feedback write", time.perf_counter() - t1)
 
 
+# The exchange's bookkeeping that nbgrader's collect leaves beside a submission, and its own autograde and
+# generate_feedback carry along: ``nbgrader release_feedback`` names each learner's feedback from them.
+EXCHANGE_FILES = ("timestamp.txt", "submission_secret.txt")
+
+
+def _copy_exchange_files(course: Course, task: Task) -> None:
+    for name in EXCHANGE_FILES:
+        src = Path(task.path).parent / name
+        if src.is_file():
+            data = src.read_bytes()
+            for kind in ("feedback", "autograded"):
+                if (course.grading / kind / task.student / task.chapter).is_dir():
+                    _write_atomic_bytes(course.grading / kind / task.student / task.chapter / name, data)
+
+
 def write_csv(course: Course, rows: list[dict]) -> tuple[Path, Path]:
     out = course.grading / "grades.csv"
     buf = io.StringIO()
@@ -852,6 +867,7 @@ def _grade_into(writer, course: Course, tasks: list[Task], sources: dict, backen
             result["student"], result["chapter"] = task.student, task.chapter
             t0 = time.perf_counter()
             write_outputs(course, result, summary)
+            _copy_exchange_files(course, task)
             t1 = time.perf_counter()
             writer.write_result(result, task.key, _parse_timestamp(task.timestamp))
             summary.add_stage("gradebook write", time.perf_counter() - t1)
