@@ -22,6 +22,12 @@ def is_graded_test(cell) -> bool:
     return cell.get("cell_type") == "code" and bool(meta.get("grade")) and not meta.get("solution")
 
 
+def is_graded_run(cell) -> bool:
+    """A code cell that grading runs: setup, solution or graded test. The rest (demos, figures, training
+    runs that only illustrate) never feed a graded check: the reference run skips them and still passes."""
+    return cell.cell_type == "code" and (is_setup(cell) or is_solution(cell) or is_graded_test(cell))
+
+
 def grade_id(cell) -> str | None:
     return nbgrader_meta(cell).get("grade_id")
 

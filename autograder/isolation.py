@@ -64,7 +64,7 @@ from pathlib import Path
 
 import nbformat
 
-from attention_course.cells import RECORD_MIME, grade_id, graded_cells, is_graded_test, is_setup, is_solution
+from attention_course.cells import RECORD_MIME, grade_id, graded_cells, is_graded_run, is_graded_test
 from attention_course.kinds import REGISTRY
 
 from . import intake, results, sandbox, structure, trusted
@@ -261,7 +261,7 @@ class Engine:
     def _reference_run(self, chapter: str, source: nbformat.NotebookNode, seed_base: int) -> dict:
         cells = []
         for index, c in enumerate(source.cells):
-            if c.cell_type != "code" or not (is_setup(c) or is_solution(c) or is_graded_test(c)):
+            if not is_graded_run(c):
                 continue
             entry = {"index": index, "code": c.source}
             if is_graded_test(c):
@@ -331,7 +331,7 @@ class Engine:
         that also advanced a random generator, say) is switched to the conservative rewrite, which keeps
         every expected value in the kernel, and checked again; one that still fails is a grader error.
         """
-        keep = [c for c in source.cells if c.cell_type == "code" and (is_setup(c) or is_solution(c) or is_graded_test(c))]
+        keep = [c for c in source.cells if is_graded_run(c)]
         nb = structure._notebook(keep, source.metadata)
         tests = {grade_id(c): i for i, c in enumerate(nb.cells) if is_graded_test(c)}
         points = [(gid, 1.0) for gid in tests]
@@ -360,11 +360,13 @@ class Engine:
                       max_output_mb=max(self.limits.max_output_mb, 50), scratch_mb=self.limits.scratch_mb,
                       cpus=max(self.limits.cpus, 1.0))
 
-    def _cells_to_run(self, nb: nbformat.NotebookNode, tests: dict[str, int], prof: dict) -> list[dict]:
-        """The job's cells: every code cell in order; graded test cells rewritten and seeded."""
+    def _cells_to_run(self, nb: nbformat.NotebookNode, tests: dict[str, int], prof: dict,
+                      skip: set[str] = frozenset()) -> list[dict]:
+        """The job's cells: every code cell in order but those whose source is in ``skip`` (the chapter's
+        untouched demos); graded test cells rewritten and seeded."""
         cells = []
         for index, c in enumerate(nb.cells):
-            if c.cell_type != "code":
+            if c.cell_type != "code" or (c.source.strip() in skip and not is_graded_run(c)):
                 continue
             entry = {"index": index, "code": c.source}
             gid = grade_id(c) if is_graded_test(c) else None
@@ -426,7 +428,12 @@ class Engine:
         prof = self.profile(chapter)
         fixed = structure.repair(nb, source, release)
         result["flags"] = intake_flags + fixed.flags
-        report = self._run(self._job(self._cells_to_run(fixed.nb, fixed.tests, prof), "grade", self.limits))
+        # The chapter's own demo cells, left as released, are skipped as in the reference run: they draw figures
+        # or train illustrations (most of a notebook's time) and no graded check reads them. A cell the learner
+        # wrote or changed still runs.
+        demos = {c.source.strip() for c in source.cells if c.cell_type == "code" and not is_graded_run(c)}
+        report = self._run(self._job(self._cells_to_run(fixed.nb, fixed.tests, prof, skip=demos), "grade",
+                                     self.limits))
         report, output_flags = intake.clean_report(report)  # learner-controlled: encodable, bounded depth
         result["flags"] += output_flags
         if report.get("status") == "error":
