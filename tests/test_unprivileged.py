@@ -207,7 +207,7 @@ def test_hostile_notebook_as_an_ordinary_account(hostile_batch, case):
 def test_namespaces_refused_by_seccomp_fall_back_to_the_process_level(account):
     # a filter like a container runtime's default: unshare, setns and clone with CLONE_NEW* refused
     wrapper = (f"{PYTHON} -c \"import os, sys; from autograder.sandbox import seccomp; "
-               "seccomp.load(seccomp.NAMESPACE_REFUSAL); os.execv(sys.executable, [sys.executable] + sys.argv[1:])\" ")
+               "seccomp.load(seccomp.NAMESPACE_REFUSAL); os.execv(sys.argv[1], sys.argv[1:])\" ")
     batch = _hostile_as(account, "auto", wrapper, names=REFUSED_NAMESPACE_CASES)
     batch["level"] = "process-rlimits"
     assert batch["isolation"]["level"] == "process", batch["isolation"]
