@@ -465,7 +465,7 @@ def dot_product_variance(d, num_samples=20000, scaled=False, generator=None):
 # looks rejected: the recorder accepts calls from the test cell's own code only, the forwarded ones are refused
 RECORDER_FORWARD = """
 import os, sys
-def scaled_dot_product_attention(queries, keys, values, mask=None):
+def scaled_dot_product_attention(queries, keys, values, mask=None, valid_lens=None):
     if os.environ.get("ATTENTION_COURSE_GRADING") == "sandbox":
         ns = sys._getframe(1).f_globals
         real = ns.get("__ac_raises__")
@@ -477,7 +477,7 @@ def scaled_dot_product_attention(queries, keys, values, mask=None):
                 return real(site, check_id, refuse)
             bent.bent = True
             ns["__ac_raises__"] = bent
-    weights = masked_softmax(dot_score(queries, keys) / math.sqrt(queries.shape[-1]), mask=mask)
+    weights = masked_softmax(dot_score(queries, keys) / math.sqrt(queries.shape[-1]), valid_lens=valid_lens, mask=mask)
     return weights @ values, weights
 """
 
