@@ -1,3 +1,4 @@
+import contextlib
 import os
 import sys
 from pathlib import Path
@@ -104,3 +105,19 @@ def copy_reference_cache(course_root: Path) -> None:
     dest.mkdir(parents=True, exist_ok=True)
     for p in src.glob("*.json"):
         shutil.copy(p, dest / p.name)
+
+
+@contextlib.contextmanager
+def course_with_engine(tmp_path_factory):
+    """A throwaway course copy (with the cached references) and one warm isolated engine on it, for a module
+    that grades many notebooks: yields (course, engine); fails where isolated grading is unavailable."""
+    from autograder.course import Course
+    from autograder.isolation import Engine, Limits
+
+    course = Course().copy_to(tmp_path_factory.mktemp("course"))
+    copy_reference_cache(course.root)
+    with Engine(course.root, Limits(cell_timeout_s=120, notebook_timeout_s=300, memory_mb=2048)) as engine:
+        missing = engine.missing_capabilities()
+        if missing:
+            pytest.fail(f"isolated grading is not available on this machine: missing {', '.join(missing)}")
+        yield course, engine

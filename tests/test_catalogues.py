@@ -7,9 +7,8 @@ import pytest
 
 from autograder import submissions
 from autograder.course import Course
-from autograder.isolation import Engine, Limits
 
-from .conftest import copy_reference_cache
+from .conftest import course_with_engine
 
 pytestmark = pytest.mark.sandbox
 
@@ -20,13 +19,8 @@ CASES = [(ch, m.id) for ch in CHAPTERS for m in submissions.load_mistakes(COURSE
 
 @pytest.fixture(scope="module")
 def course_engine(tmp_path_factory):
-    course = COURSE.copy_to(tmp_path_factory.mktemp("course"))
-    copy_reference_cache(course.root)
-    with Engine(course.root, Limits(cell_timeout_s=120, notebook_timeout_s=300, memory_mb=2048)) as engine:
-        missing = engine.missing_capabilities()
-        if missing:
-            pytest.fail(f"isolated grading is not available on this machine: missing {', '.join(missing)}")
-        yield course, engine
+    with course_with_engine(tmp_path_factory) as course_and_engine:
+        yield course_and_engine
 
 
 def _grade(course, engine, student, chapter, nb):

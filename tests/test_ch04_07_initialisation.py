@@ -11,9 +11,8 @@ import pytest
 
 from autograder import submissions
 from autograder.course import Course
-from autograder.isolation import Engine, Limits
 
-from .conftest import copy_reference_cache
+from .conftest import course_with_engine
 
 pytestmark = pytest.mark.sandbox
 
@@ -46,13 +45,8 @@ CASES = {
 
 @pytest.fixture(scope="module")
 def engine(tmp_path_factory):
-    course = COURSE.copy_to(tmp_path_factory.mktemp("course"))
-    copy_reference_cache(course.root)
-    with Engine(course.root, Limits(cell_timeout_s=120, notebook_timeout_s=300, memory_mb=2048)) as eng:
-        missing = eng.missing_capabilities()
-        if missing:
-            pytest.fail(f"isolated grading is not available on this machine: missing {', '.join(missing)}")
-        yield course, eng
+    with course_with_engine(tmp_path_factory) as course_and_engine:
+        yield course_and_engine
 
 
 @pytest.mark.timeout(300)
