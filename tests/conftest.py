@@ -10,6 +10,11 @@ sys.path.insert(0, str(ROOT))
 
 # Reference outputs and figures are produced on the CPU unless a test asks for CUDA explicitly.
 os.environ.setdefault("MPLBACKEND", "Agg")
+# One CPU thread per torch process unless a test asks for more (tests/test_release.py runs two on purpose).
+# The suite runs one pytest worker per core and each may start kernels of its own: torch's default of one
+# OpenMP thread per core, spinning while it waits, made every notebook 5-15x slower under that load.
+for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+    os.environ[_var] = "1"
 
 # Every test carries exactly one of these (see README, "For maintainers"):
 #   unit       pure Python, no notebook executed, no server: `pytest -m unit` is the inner loop (seconds)

@@ -1,6 +1,8 @@
 """Every chapter through real, stock ``nbgrader autograde``: the reference scores full marks, the blank release
 scores zero, and a sample of catalogued mistakes, chosen so that every graded cell any mistake should fail is
-covered, loses those cells' points with a failure message naming its symptom.
+covered, loses those cells' points with a failure message naming its symptom. The sampled mistakes share
+notebooks where they cannot interfere (``packed``): stock nbgrader pays a kernel start and a torch import per
+notebook.
 
 Stock nbgrader starts a fresh kernel (and imports torch) per notebook, so the whole catalogue goes through one
 warm engine instead (tests/test_catalogues.py, same assertions); this file proves what only stock nbgrader can:
@@ -10,8 +12,11 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 
+import nbformat
+
 import pytest
 
+from attention_course.cells import grade_id, is_graded_test, is_solution
 from autograder import submissions
 from autograder.course import Course
 
@@ -32,8 +37,85 @@ def covering_sample(mistakes) -> list:
     return chosen
 
 
+def _reach(chapter: str) -> dict[str, set[str]]:
+    """{graded test cell: grade_ids of the solution cells its code can reach}, read from the source notebook's
+    syntax: a cell reaches, for each name it uses, the latest earlier cell binding it, and whatever that reaches."""
+    import ast
+
+    nb = nbformat.read(COURSE.source_notebook(chapter), as_version=4)
+    cells = []  # (grade_id or None, names bound, names used)
+    for cell in nb.cells:
+        if cell.cell_type != "code":
+            continue
+        try:
+            tree = ast.parse(cell.source)
+        except SyntaxError:  # IPython magics: nothing to follow
+            tree = ast.Module(body=[], type_ignores=[])
+        bound = {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
+        bound |= {t.id for n in ast.walk(tree) if isinstance(n, (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.For))
+                  for t in ast.walk(n.target if not isinstance(n, ast.Assign) else ast.Tuple(n.targets))
+                  if isinstance(t, ast.Name)}
+        bound |= {(a.asname or a.name).split(".")[0] for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))
+                  for a in n.names}
+        # free names only: a name the cell binds anywhere (a local, a parameter, `check = Checks(...)`) is its own
+        local = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load)}
+        local |= {a.arg for n in ast.walk(tree) if isinstance(n, ast.arguments)
+                  for a in (*n.posonlyargs, *n.args, *n.kwonlyargs, n.vararg, n.kwarg) if a}
+        used = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)} - local - bound
+        cells.append((grade_id(cell) if is_solution(cell) or is_graded_test(cell) else None, bound, used))
+    reach = {}
+    for i, (gid, _, used) in enumerate(cells):
+        if gid is None:
+            continue
+        seen, todo = set(), [(i, used)]
+        while todo:
+            j, names = todo.pop()
+            for name in names:  # the latest earlier cell binding a name is the binding in force
+                k = next((k for k in range(j - 1, -1, -1) if name in cells[k][1]), None)
+                if k is not None and k not in seen:
+                    seen.add(k)
+                    todo.append((k, cells[k][2]))
+        reach[gid] = {cells[k][0] for k in seen if cells[k][0]}
+    return reach
+
+
+def packed(chapter: str, sample) -> list[list]:
+    """The sample in as few notebooks as keep its mistakes apart. Two mistakes share a notebook only when
+    neither's solution cell is reachable from the cells the other should fail (``_reach``) and they fail
+    disjoint cells, so each such cell still fails for its own mistake alone (its symptom is asserted there).
+    Stock nbgrader starts a kernel and imports torch per notebook, so fewer notebooks is most of this file's
+    time."""
+    reach = _reach(chapter)
+
+    def touches(a, b) -> bool:  # can mistake a change what any cell b should fail computes?
+        return a.cell in b.fails or any(a.cell in reach.get(cell, ()) for cell in b.fails)
+
+    bins: list[list] = []
+    for m in sample:
+        home = next((b for b in bins if all(o.cell != m.cell and not set(o.fails) & set(m.fails)
+                                            and not touches(o, m) and not touches(m, o) for o in b)), None)
+        if home is None:
+            bins.append([m])
+        else:
+            home.append(m)
+    return bins
+
+
 SAMPLE = {ch: covering_sample(submissions.load_mistakes(COURSE, ch)) for ch in CHAPTERS}
+PACKED = {ch: packed(ch, SAMPLE[ch]) for ch in CHAPTERS}
+# the learner name under which each sampled mistake is graded (the notebook it shares)
+STUDENT = {(ch, m.id): f"mistakes-{i}" for ch in CHAPTERS for i, b in enumerate(PACKED[ch]) for m in b}
 CASES = [(ch, m.id) for ch in CHAPTERS for m in SAMPLE[ch]]
+
+
+def with_mistakes(course, chapter, mistakes):
+    """The reference with every mistake in ``mistakes`` applied (each edits its own solution cell)."""
+    nb = submissions.reference(course, chapter)
+    for m in mistakes:
+        one = submissions.with_mistake(course, chapter, m)
+        nb.cells = [new if grade_id(new) == m.cell and is_solution(new) else old
+                    for old, new in zip(nb.cells, one.cells)]
+    return nb
 
 
 @pytest.fixture(scope="module")
@@ -44,9 +126,8 @@ def graded(tmp_path_factory):
         course = prepare_course(tmp_path_factory.mktemp(chapter), chapter)
         submissions.write_submission(course, "reference", chapter, submissions.reference(course, chapter))
         submissions.write_submission(course, "blank", chapter, submissions.blank(course, chapter))
-        for m in SAMPLE[chapter]:
-            submissions.write_submission(course, f"mistake-{m.id}", chapter,
-                                         submissions.with_mistake(course, chapter, m))
+        for i, mistakes in enumerate(PACKED[chapter]):
+            submissions.write_submission(course, f"mistakes-{i}", chapter, with_mistakes(course, chapter, mistakes))
         run_nbgrader(course, ["autograde", chapter, "--force"])
         return chapter, course
 
@@ -67,6 +148,10 @@ def test_covering_sample_covers_every_failing_cell():
         wanted = {c for m in mistakes for c in m.fails}
         assert {c for m in SAMPLE[chapter] for c in m.fails} == wanted, chapter
         assert len(SAMPLE[chapter]) <= len(mistakes)
+        assert sorted(m.id for b in PACKED[chapter] for m in b) == sorted(m.id for m in SAMPLE[chapter])
+        for b in PACKED[chapter]:
+            assert len({m.cell for m in b}) == len(b), chapter
+            assert sum(len(m.fails) for m in b) == len({c for m in b for c in m.fails}), chapter
 
 
 @pytest.mark.notebooks
@@ -90,11 +175,12 @@ def test_blank_release_scores_zero(graded, chapter):
 def test_sampled_mistake_loses_points(graded, chapter, mistake_id):
     course = graded[chapter]
     mistake = next(m for m in SAMPLE[chapter] if m.id == mistake_id)
-    scores = cell_scores(course, chapter, f"mistake-{mistake_id}")
+    student = STUDENT[(chapter, mistake_id)]
+    scores = cell_scores(course, chapter, student)
     total = sum(s for s, _ in scores.values())
     assert total < sum(m for _, m in scores.values()), f"{mistake.what}: still full marks"
     for cell in mistake.fails:
         assert scores[cell][0] == 0, f"{mistake.what}: cell {cell} should score 0, scored {scores[cell][0]}"
-    messages = [failure_text(course, chapter, f"mistake-{mistake_id}", cell) for cell in mistake.fails]
+    messages = [failure_text(course, chapter, student, cell) for cell in mistake.fails]
     assert any(mistake.symptom.lower() in msg.lower() for msg in messages), (
         f"{mistake.what}: no failure message mentions {mistake.symptom!r}:\n" + "\n---\n".join(messages))
