@@ -93,6 +93,25 @@ class Checks:
         if not verdict.passed:
             raise CheckFailed(f"{describe}: {verdict.message}")
 
+    def __getattr__(self, name: str):
+        """A kind without a hand-written method below is still callable as ``check.<kind>(check_id, *args,
+        hint=..., describe=..., **options)``, its arguments as its row in :mod:`.kinds` lists them: adding a
+        kind is a row there and a verdict in :mod:`.verdicts`."""
+        spec = REGISTRY.get(name)
+        if spec is None or name.startswith("_") or spec.calls:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+        def method(check_id: str, *values, hint: str = "", describe: str | None = None, **options):
+            if len(values) != len(spec.args):
+                raise TypeError(f"check.{name} takes a check id and {len(spec.args)} values: {', '.join(spec.args)}")
+            unknown = set(options) - set(spec.options)
+            if unknown:
+                raise TypeError(f"check.{name} has no option {', '.join(sorted(unknown))}")
+            params = {**dict(zip(spec.args[1:], values[1:])), **options, "hint": hint}
+            self._run(check_id, name, values[0], params, describe)
+
+        return method
+
     def close(self, check_id: str, got, want, *, rtol=None, atol=None, hint: str = "",
               check_dtype: bool = True, describe: str | None = None) -> None:
         """``got`` equals ``want`` within the dtype's tolerance (shape, dtype and NaN pattern too)."""

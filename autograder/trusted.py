@@ -70,7 +70,6 @@ import re
 from attention_course.encoding import PYTHON_NAMES, decode, validate
 from attention_course.kinds import REGISTRY, decide
 
-KINDS = tuple(REGISTRY)
 HIDDEN_BEGIN = "BEGIN HIDDEN TESTS"
 
 
@@ -107,7 +106,7 @@ def _check_names(tree) -> set[str]:
 
 
 def _is_check_call(node, names) -> bool:
-    return (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in KINDS
+    return (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in REGISTRY
             and isinstance(node.func.value, ast.Name) and node.func.value.id in names)
 
 

@@ -115,3 +115,36 @@ def test_check_ids_must_be_unique_in_a_cell():
 def test_true_accepts_only_a_real_bool():
     assert not verdicts.is_true(roundtrip("yes")).passed
     assert verdicts.is_true(roundtrip(True)).passed
+
+
+def test_a_new_kind_with_an_expected_value_is_a_registry_row_and_a_verdict(monkeypatch):
+    """Adding a kind touches attention_course/kinds.py (its row) and verdicts.py (its decision) only: the
+    check library, the rewriter and the trusted decision all read the row. Here the row and the verdict are
+    added for the test's duration: ``at_most`` (the learner's number is at most the expected bound)."""
+    from attention_course import kinds
+    from autograder import trusted
+
+    def at_most(got, bound, hint=""):  # what would go into verdicts.py
+        if not isinstance(got, (int, float)) or isinstance(got, bool):
+            return verdicts.Verdict(False, f"expected a number, got {type(got).__name__}")
+        return verdicts.PASS if got <= bound else verdicts._fail("the value is too large", hint)
+
+    row = kinds.Kind("at_most", ("got", "bound"), lambda got, p, ref: at_most(got, p["bound"], p.get("hint", "")),
+                     "{check_id}: small enough", expected="bound")
+    monkeypatch.setitem(kinds.REGISTRY, "at_most", row)
+
+    check = Checks("test_peak")
+    check.at_most("peak", 3.0, 4.0)  # in the learner's kernel: decided at once
+    with pytest.raises(CheckFailed, match="too-big: small enough: the value is too large. shrink it"):
+        check.at_most("too-big", 5.0, 4.0, hint="shrink it")
+    with pytest.raises(TypeError, match="takes a check id and 2 values"):
+        check.at_most("no-bound", 5.0)
+
+    cell = 'check = Checks("test_peak")\nbound = 4.0 + 0.25\ncheck.at_most("peak", peak(x), bound)\n'
+    graded, sites = trusted.rewrite_test_cell(cell, "grade")
+    assert sites == {1: "at_most"}
+    assert "4.0" not in graded and "peak(x)" in graded  # the bound never runs in the learner's process
+    profiled, _ = trusted.rewrite_test_cell(cell, "profile")
+    assert "__ac_site__(1, check).at_most(" in profiled  # the reference run records the bound
+    assert kinds.decide("at_most", 4.5, {"bound": 4.25}).message == "the value is too large"
+    assert kinds.decide("at_most", 4.0, {"bound": 4.25}).passed
