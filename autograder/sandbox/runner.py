@@ -228,6 +228,10 @@ def _warm_imports() -> None:
     import attention_course.runtime  # noqa: F401
     import attention_course.verdicts  # noqa: F401
     import inspect, linecache, tokenize, traceback, warnings, math, random, pickle  # noqa: F401,E401
+    # An optimizer's first construction imports torch._dynamo (and sympy): about 1 s, which every notebook
+    # that trains (chapters 2 and 8) paid again in its own fork. Done once here; it starts no thread.
+    torch.optim.Adam([torch.zeros(1, requires_grad=True)])
+    import tqdm.auto  # noqa: F401 - chapter 8's training loop
     try:
         import attention_course.cells  # noqa: F401
     except ImportError:
