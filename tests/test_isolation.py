@@ -404,6 +404,9 @@ def test_policies_are_data_applied_by_named_steps():
     assert proc.kernel_steps.index("landlock_rules") < proc.kernel_steps.index("no_new_privs") \
         < proc.kernel_steps.index("landlock")
     assert "/etc" not in proc.binds and "/etc/shadow" not in proc.read_only_extra
+    for level in ("root", "user"):  # a namespace root that is host uid 0 must not find /etc/shadow bound
+        binds = policy.for_level(level, root=True, cgroup=True, landlock=True, seccomp=True).binds
+        assert "/etc" not in binds and "/etc/shadow" not in binds and "/etc/passwd" in binds
     limits = {"max_procs": 64, "scratch_mb": 64, "notebook_timeout_s": 20, "memory_mb": 1536}
     with_cgroup = policy.rlimits(limits, nproc_base=0, as_base_mb=None)
     assert with_cgroup["RLIMIT_NPROC"] == (96, 96) and "RLIMIT_AS" not in with_cgroup

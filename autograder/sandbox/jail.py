@@ -100,7 +100,11 @@ def root_filesystem(j: Jail) -> None:
     mount("none", "/", None, MS_REC | MS_PRIVATE)
     mount("tmpfs", root, "tmpfs", MS_NOSUID | MS_NODEV, "size=16m,mode=755")
     for src in j.policy.binds:
-        os.makedirs(root + src, exist_ok=True)
+        if os.path.isdir(src):
+            os.makedirs(root + src, exist_ok=True)
+        else:  # a single file (/etc/passwd): the mount point is an empty file
+            os.makedirs(os.path.dirname(root + src), exist_ok=True)
+            open(root + src, "a").close()
         _bind_read_only(src, root + src)
     for link in j.policy.links:
         if os.path.islink(link):
@@ -124,6 +128,9 @@ def root_filesystem(j: Jail) -> None:
         os.symlink(policy.SCRATCH, root + "/tmp")
     # else: a bound path (a checkout or venv under /tmp) already made /tmp a read-only skeleton here;
     # TMPDIR, HOME and tempfile all point at /scratch, so nothing needs /tmp to be writable.
+    # Every mount point exists now: the private root itself becomes read-only (at the user level the kernel is
+    # its namespace's root and owns this tmpfs). /scratch and /dev/shm are mounts of their own and stay writable.
+    mount("none", root, None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, None)
     j.scratch = policy.SCRATCH
 
 

@@ -33,24 +33,28 @@ LEVELS = ("root", "user", "process")  # strongest first
 RANK = {name: len(LEVELS) - i for i, name in enumerate(LEVELS)}
 DEVICES = ("null", "zero", "random", "urandom", "full")
 SCRATCH = "/scratch"  # where the scratch folder is, inside a private root
-# Landlock (process level) reads only these of /etc: a kernel that keeps uid 0 (see for_level) must not
-# reach /etc/shadow and the like through the owner's permission bits
+# The only parts of /etc a kernel sees (bound into the private root at the root and user levels, readable
+# under Landlock at the process level). A kernel whose uid is host root's (the user level run by root maps
+# its namespace's root to uid 0; the process level may keep uid 0) would otherwise read /etc/shadow and the
+# like through the owner's permission bits.
 ETC_READABLE = tuple("/etc/" + name for name in (
     "ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "timezone", "nsswitch.conf", "passwd", "group",
-    "hosts", "host.conf", "gai.conf", "mime.types", "ssl", "ca-certificates", "fonts", "matplotlibrc"))
+    "hosts", "host.conf", "gai.conf", "mime.types", "ssl", "ca-certificates", "fonts", "matplotlibrc",
+    "alternatives"))
 
 
 def bind_sources() -> tuple[str, ...]:
-    """Host paths the kernel may read: the OS, Python, the venv, attention_course (never the course tree)."""
+    """Host paths the kernel may read: the OS, Python, the venv, attention_course and the allowed files of /etc
+    (never the course tree, never the rest of /etc)."""
     import attention_course
 
-    paths = ["/usr", "/etc", os.path.realpath(sys.base_prefix), sys.prefix,
+    paths = ["/usr", os.path.realpath(sys.base_prefix), sys.prefix,
              os.path.dirname(os.path.abspath(attention_course.__file__))]
     out = []
     for p in sorted(paths, key=len):
         if os.path.isdir(p) and p not in out:
             out.append(p)
-    return tuple(out)
+    return (*out, *(p for p in ETC_READABLE if os.path.exists(p)))
 
 
 @dataclass(frozen=True)
@@ -133,4 +137,4 @@ def for_level(level: str, root: bool, cgroup: bool, landlock: bool, seccomp: boo
     return Policy(level, (*(("uid_slot",) if identity == ("slot_uid",) else ()), *cg, "scratch_folder", "subreaper"),
                   ("session", "descriptors", "rlimits", *(("landlock_rules",) if landlock else ()), *identity,
                    "no_new_privs", *(("landlock",) if landlock else ()), *tail[1:]),
-                  binds=tuple(p for p in binds if p != "/etc"), read_only_extra=("/proc", *ETC_READABLE))
+                  binds=tuple(p for p in binds if not p.startswith("/etc/")), read_only_extra=("/proc", *ETC_READABLE))

@@ -381,7 +381,8 @@ for p in [t for t in found if isinstance(t, tuple)]:           # would paste the
 WRITE_GRADEBOOK = """
 import os, sqlite3
 attempts = {{"gradebook": {gradebook!r}, "canary": {canary!r}, "other student": {other!r},
-            "course": {course_file!r}, "etc": "/etc/attention-was-here", "usr": "/usr/attention-was-here"}}
+            "course": {course_file!r}, "etc": "/etc/attention-was-here", "usr": "/usr/attention-was-here",
+            "root": "/attention-was-here"}}
 for what, path in attempts.items():
     try:
         with open(path, "a") as fh:

@@ -24,10 +24,9 @@ RLIMITS = {
 
 DIFFERENCES: dict[str, dict[str, dict]] = {
     "root": {},
-    # UNEXPLAINED (open, see docs/isolation.md): at the user level, run as root here, the probe's listing lines
-    # did not reach the outputs in the last full run, while status, score 0 and every failing cell held (nothing
-    # was read or pasted in). Until it is understood, this level asserts the outcome, not the printed probe.
-    "user": {"read_solutions": {"outputs_contain": ()}},
+    # (the user level run by root once read /etc/shadow: its namespace's root is host uid 0. Only the files of
+    # policy.ETC_READABLE are bound now, so it asserts the same probe output as the root level.)
+    "user": {},
     # Landlock: listing the course root is refused (it is not hidden by a private root: it is unreadable)
     "process": {"read_solutions": {"outputs_contain": ("FOUND []", "PermissionError: [Errno 13] Permission denied")}},
     "user-rlimits": dict(RLIMITS),
