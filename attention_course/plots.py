@@ -7,7 +7,8 @@ from matplotlib.ticker import MaxNLocator
 
 def show_heatmaps(matrices, titles=None, xlabel="keys", ylabel="queries", cmap="Reds", figsize_per=2.8,
                   shared_scale=True, vmax=None, suptitle=None):
-    """Draw a row of attention-weight heatmaps whose colours tell the truth.
+    """Draw attention-weight heatmaps whose colours tell the truth, at most three to a row (more side by side
+    would be shrunk to the book's column width until their labels cannot be read).
 
     Args:
         matrices: a tensor or array of shape (n, rows, cols), one heatmap each (on any device).
@@ -25,15 +26,20 @@ def show_heatmaps(matrices, titles=None, xlabel="keys", ylabel="queries", cmap="
     matrices = np.asarray(matrices, dtype=float)
     n = len(matrices)
     top = float(vmax) if vmax is not None else max(float(matrices.max()), 1e-12)
-    fig, axes = plt.subplots(1, n, figsize=(figsize_per * n + 0.8, figsize_per), squeeze=False,
+    ncols = min(n, 3)
+    nrows = -(-n // ncols)
+    fig, grid = plt.subplots(nrows, ncols, figsize=(figsize_per * ncols + 0.8, figsize_per * nrows), squeeze=False,
                              constrained_layout=True)
-    for i, ax in enumerate(axes[0]):
+    axes = grid.ravel()
+    for ax in axes[n:]:  # the empty places of the last row
+        ax.set_visible(False)
+    for i, ax in enumerate(axes[:n]):
         panel_top = top if shared_scale else max(float(matrices[i].max()), 1e-12)
         image = ax.imshow(matrices[i], cmap=cmap, vmin=0.0, vmax=panel_top)
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # rows and columns are positions
         ax.yaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_xlabel(xlabel)
-        if i == 0:
+        if i % ncols == 0:
             ax.set_ylabel(ylabel)
         if titles:
             ax.set_title(titles[i])
@@ -41,7 +47,7 @@ def show_heatmaps(matrices, titles=None, xlabel="keys", ylabel="queries", cmap="
             fig.colorbar(image, ax=ax, shrink=0.8)
     if shared_scale:
         # One scale for every panel, so one bar describes them all.
-        fig.colorbar(image, ax=axes[0].tolist(), shrink=0.8)
+        fig.colorbar(image, ax=axes[:n].tolist(), shrink=0.8)
     if suptitle:
         fig.suptitle(suptitle)
     plt.show()
