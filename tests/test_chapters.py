@@ -20,6 +20,7 @@ from attention_course.cells import grade_id, is_graded_test, is_solution
 from autograder import submissions
 from autograder.course import Course
 
+from .cell_reach import analyse
 from .nbgrader_run import cell_scores, failure_text, prepare_course, run_nbgrader
 
 COURSE = Course()
@@ -37,55 +38,13 @@ def covering_sample(mistakes) -> list:
     return chosen
 
 
-def _reach(chapter: str) -> dict[str, set[str]]:
-    """{graded test cell: grade_ids of the solution cells its code can reach}, read from the source notebook's
-    syntax: a cell reaches, for each name it uses, the latest earlier cell binding it, and whatever that reaches."""
-    import ast
-
-    nb = nbformat.read(COURSE.source_notebook(chapter), as_version=4)
-    cells = []  # (grade_id or None, names bound, names used)
-    for cell in nb.cells:
-        if cell.cell_type != "code":
-            continue
-        try:
-            tree = ast.parse(cell.source)
-        except SyntaxError:  # IPython magics: nothing to follow
-            tree = ast.Module(body=[], type_ignores=[])
-        bound = {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
-        bound |= {t.id for n in ast.walk(tree) if isinstance(n, (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.For))
-                  for t in ast.walk(n.target if not isinstance(n, ast.Assign) else ast.Tuple(n.targets))
-                  if isinstance(t, ast.Name)}
-        bound |= {(a.asname or a.name).split(".")[0] for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))
-                  for a in n.names}
-        # free names only: a name the cell binds anywhere (a local, a parameter, `check = Checks(...)`) is its own
-        local = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load)}
-        local |= {a.arg for n in ast.walk(tree) if isinstance(n, ast.arguments)
-                  for a in (*n.posonlyargs, *n.args, *n.kwonlyargs, n.vararg, n.kwarg) if a}
-        used = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)} - local - bound
-        cells.append((grade_id(cell) if is_solution(cell) or is_graded_test(cell) else None, bound, used))
-    reach = {}
-    for i, (gid, _, used) in enumerate(cells):
-        if gid is None:
-            continue
-        seen, todo = set(), [(i, used)]
-        while todo:
-            j, names = todo.pop()
-            for name in names:  # the latest earlier cell binding a name is the binding in force
-                k = next((k for k in range(j - 1, -1, -1) if name in cells[k][1]), None)
-                if k is not None and k not in seen:
-                    seen.add(k)
-                    todo.append((k, cells[k][2]))
-        reach[gid] = {cells[k][0] for k in seen if cells[k][0]}
-    return reach
-
-
 def packed(chapter: str, sample) -> list[list]:
     """The sample in as few notebooks as keep its mistakes apart. Two mistakes share a notebook only when
-    neither's solution cell is reachable from the cells the other should fail (``_reach``) and they fail
+    neither's solution cell is reachable from the cells the other should fail (tests/cell_reach.py) and they fail
     disjoint cells, so each such cell still fails for its own mistake alone (its symptom is asserted there).
     Stock nbgrader starts a kernel and imports torch per notebook, so fewer notebooks is most of this file's
     time."""
-    reach = _reach(chapter)
+    reach = analyse(COURSE, chapter).reach
 
     def touches(a, b) -> bool:  # can mistake a change what any cell b should fail computes?
         return a.cell in b.fails or any(a.cell in reach.get(cell, ()) for cell in b.fails)

@@ -1,5 +1,5 @@
 """The hostile submissions. Points of chapter 3: masked_softmax visible 2 / hidden 3, scores 4 / 4,
-additive attention 2 / 2, scaled dot-product attention (sdpa) 3 / 5, variance 2: 27 in all.
+additive attention 2 / 2, scaled dot-product attention (sdpa) 3 / 5, variance 1 / 1: 27 in all.
 
 "Wrong" below means the catalogued mistake ``sdpa-missing-scale`` (no 1/sqrt(d)), which loses exactly the
 two sdpa cells (8 points): a hostile trick that rescued it would show up as points there.
@@ -25,7 +25,8 @@ SDPA = ("test_sdpa_visible", "test_sdpa_hidden")  # 3 + 5 points
 SCORES_AND_SDPA = ("test_scores_visible", "test_scores_hidden", *SDPA)  # 16 points: all need dot_score
 ALL_CELLS = ("test_masked_softmax_visible", "test_masked_softmax_hidden", "test_scores_visible",
              "test_scores_hidden", "test_additive_attention_visible", "test_additive_attention_hidden",
-             "test_sdpa_visible", "test_sdpa_hidden", "test_variance")
+             "test_sdpa_visible", "test_sdpa_hidden", "test_variance", "test_variance_hidden")
+VARIANCE = ("test_variance", "test_variance_hidden")  # 1 + 1 points
 
 
 @dataclass
@@ -588,7 +589,7 @@ CASES = [
     Case("patch_builtins", "wrong sdpa, then isinstance/all/abs/max patched: nothing after the patch scores, "
          "and the grader's own plumbing keeps working",
          lambda ctx: insert_after(wrong(ctx), "test_sdpa_visible", PATCH_BUILTINS),
-         "graded", FULL - 10, failing=(*SDPA, "test_variance")),
+         "graded", FULL - 10, failing=(*SDPA, *VARIANCE)),
     Case("rigged_eq", "sdpa returns an object whose __eq__ is always true",
          lambda ctx: insert_after(reference(ctx), "scaled_dot_product_attention", RIGGED_EQ),
          "graded", FULL - 8, failing=SDPA),
@@ -610,7 +611,7 @@ CASES = [
          "to carry it into the feedback (exception names and messages, forged record dtype/type names)",
          lambda ctx: insert_after(insert_after(wrong(ctx), "scaled_dot_product_attention", EXFILTRATE),
                                   "dot_product_variance", EXFILTRATE_LATER),
-         "graded", FULL - 10, failing=(*SDPA, "test_variance")),
+         "graded", FULL - 10, failing=(*SDPA, *VARIANCE)),
     Case("forge_result_channel", "wrong sdpa; rewrites the kernel's result (forged records, errors removed) and "
          "sends it first: only what the learner already knows (the visible example, as hardcoding would) can "
          "pass, the hidden test still fails",
@@ -663,7 +664,7 @@ CASES = [
     Case("pre_run_cell_exfiltration", "a pre_run_cell hook keeps the hidden test cells' source; a visible test's "
          "function raises it zlib-compressed and base64-encoded: the feedback carries no learner text",
          lambda ctx: insert_after(reference(ctx), "dot_product_variance", PRE_RUN_EXFILTRATE),
-         "graded", FULL - 2, failing=("test_variance",), outputs_contain=("EXFIL:",),
+         "graded", FULL - 2, failing=VARIANCE, outputs_contain=("EXFIL:",),
          extra={"feedback_lacks": ("EXFIL",)}),
     Case("deep_json_output", "displays a JSON value nested 600 levels deep: cut, flagged, graded",
          lambda ctx: insert_after(reference(ctx), "setup", DEEP_JSON_OUTPUT),
