@@ -64,14 +64,15 @@ from pathlib import Path
 
 import nbformat
 
-from attention_course.cells import RECORD_MIME, grade_id, graded_cells, is_graded_run, is_graded_test
+from attention_course.cells import RECORD_MIME, grade_id, graded_cells, is_graded_run, is_graded_test, is_solution
 from attention_course.kinds import REGISTRY
 
 from . import intake, results, sandbox, structure, trusted
 from .course import Course
+from .reinitialise import reinitialised
 from .trusted import feedback_html  # noqa: F401 - part of this module's interface
 
-ENGINE_VERSION = "isolation-7"  # 7: yes/no checks decided as `equals`, records validated by their bytes
+ENGINE_VERSION = "isolation-8"  # 8: expected values that move with the parameters stay in the kernel
 SEED_BASES = (1_000_003, 2_000_029)  # the grading seed, and the one the reference is re-run with
 
 
@@ -258,12 +259,13 @@ class Engine:
         self._profiles[chapter] = prof
         return prof
 
-    def _reference_run(self, chapter: str, source: nbformat.NotebookNode, seed_base: int) -> dict:
+    def _reference_run(self, chapter: str, source: nbformat.NotebookNode, seed_base: int,
+                       reinit: str | None = None) -> dict:
         cells = []
         for index, c in enumerate(source.cells):
             if not is_graded_run(c):
                 continue
-            entry = {"index": index, "code": c.source}
+            entry = {"index": index, "code": reinitialised(c.source, reinit) if reinit and is_solution(c) else c.source}
             if is_graded_test(c):
                 gid = grade_id(c)
                 try:
@@ -280,6 +282,9 @@ class Engine:
     def _build_profile(self, chapter: str, digest: str) -> dict:
         source = nbformat.read(self.course.source_notebook(chapter), as_version=4)
         runs = [self._reference_run(chapter, source, base) for base in SEED_BASES]
+        # The grading seed once more with every module re-initialised: an expected value that moves is
+        # computed from the module's own parameters, which the learner's code chooses (autograder/reinitialise.py).
+        reinit_run = self._reference_run(chapter, source, SEED_BASES[0], reinit="normal")
         cells = {}
         for index, c in enumerate(source.cells):
             if not is_graded_test(c):
@@ -287,6 +292,10 @@ class Engine:
             gid = grade_id(c)
             _, sites = trusted.rewrite_test_cell(c.source, "profile")
             per_run = []
+            reinit_out = reinit_run["cells"].get(str(index), {}).get("outputs", [])
+            moved = {f"{r['cell']}/{r['check']}": r for r in
+                     (o["data"][RECORD_MIME] for o in reinit_out
+                      if o.get("output_type") == "display_data" and RECORD_MIME in o.get("data", {}))}
             for report in runs:
                 out = report["cells"].get(str(index), {}).get("outputs", [])
                 errors = [o for o in out if o.get("output_type") == "error"]
@@ -312,7 +321,9 @@ class Engine:
                 if other is None:
                     raise GraderError(f"check {key} of {chapter} ran in one reference run but not the other")
                 expected = REGISTRY[rec["kind"]].expected if rec.get("kind") in REGISTRY else None
-                if expected and other["params"].get(expected) != rec["params"].get(expected):
+                reinit = moved.get(key)
+                if expected and (other["params"].get(expected) != rec["params"].get(expected) or
+                                 (reinit is not None and reinit["params"].get(expected) != rec["params"].get(expected))):
                     keep_want.add(rec["site"])
                 checks.append({"key": key, "check": rec["check"], "kind": rec["kind"], "site": rec["site"],
                                "params": rec["params"], "ref_got": rec["got"]})

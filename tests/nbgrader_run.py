@@ -12,24 +12,60 @@ from attention_course.cells import grade_id, is_graded_test
 from autograder.course import Course
 
 
-def prepare_course(tmp: Path, chapter: str) -> Course:
-    """Copy the course and register ``chapter`` in a fresh gradebook, as an instructor's release would."""
+def copy_course(tmp: Path) -> Course:
+    """A throwaway copy of the course with the cached reference tables (nbgrader's kernels look expected
+    values up instead of re-running the reference)."""
     from .conftest import copy_reference_cache
 
     course = Course().copy_to(tmp)
     course.grading.mkdir(exist_ok=True)
-    copy_reference_cache(course.root)  # the kernels look expected values up instead of re-running the reference
-    run_nbgrader(course, ["generate_assignment", chapter, "--force",
-                          f"--CourseDirectory.release_directory={tmp / 'release_scratch'}"])
+    copy_reference_cache(course.root)
     return course
 
 
-def run_nbgrader(course: Course, args: list[str]) -> subprocess.CompletedProcess:
-    done = subprocess.run([sys.executable, "-m", "nbgrader", *args, "--log-level=WARN"],
-                          env=course.nbgrader_env(), cwd=course.root, capture_output=True, text=True)
-    if done.returncode != 0:
-        raise AssertionError(f"nbgrader {' '.join(args)} failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
-    return done
+def generate_assignment(course: Course, chapter: str) -> list[str]:
+    """The nbgrader command that registers ``chapter`` in the copy's fresh gradebook, as a release would."""
+    return ["generate_assignment", chapter, "--force",
+            f"--CourseDirectory.release_directory={course.root / 'release_scratch'}"]
+
+
+def run_nbgrader_batches(batches: list[list[tuple[Course, list[str]]]], processes: int = 2) -> None:
+    """Run every batch of (course, nbgrader arguments) jobs, in order within a batch, in ``processes``
+    long-lived nbgrader processes (tests/nbgrader_many.py): each process takes the next batch as soon as it
+    is free, so give the longest batches first."""
+    import json
+    import queue
+    import threading
+
+    todo: queue.Queue = queue.Queue()
+    for batch in batches:
+        todo.put(batch)
+    errors: list[str] = []
+
+    def serve() -> None:
+        with subprocess.Popen([sys.executable, "-m", "tests.nbgrader_many"], cwd=Course().root, text=True,
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE) as proc:
+            while not errors:
+                try:
+                    batch = todo.get_nowait()
+                except queue.Empty:
+                    break
+                proc.stdin.write(json.dumps([[str(c.root), args] for c, args in batch]) + "\n")
+                proc.stdin.flush()
+                answer = proc.stdout.readline()
+                if not answer:
+                    errors.append(f"the nbgrader process died (exit {proc.wait()})")
+                elif not json.loads(answer)["ok"]:
+                    errors.append(json.loads(answer)["error"])
+            proc.stdin.close()
+
+    threads = [threading.Thread(target=serve) for _ in range(processes)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise AssertionError("\n".join(errors))
 
 
 def cell_scores(course: Course, chapter: str, student: str) -> dict[str, tuple[float, float]]:
