@@ -15,8 +15,9 @@ per :meth:`Engine.grade` call:
    the learner's process (see :mod:`autograder.trusted`), and are seeded before they run.
 4. **Decide** each graded test cell here, outside the learner's process, from the values the kernel
    recorded and a *reference profile* of the chapter (:meth:`Engine.profile`): the reference solution run
-   through the same sandbox twice with different seeds, which gives each check's kind, parameters and
-   reference value and tells reproducible expected values from self-consistency ones. A kernel that dies
+   through the same sandbox twice with different seeds and once more with every module re-initialised
+   (:mod:`autograder.reinitialise`), which gives each check's kind, parameters and reference value and
+   tells reproducible expected values from self-consistency ones. A kernel that dies
    (exit, segfault, out of memory, process limit, wall clock) gives the notebook zero with the reason.
 
    The reference is also graded like a learner's notebook before the profile is used: it must score

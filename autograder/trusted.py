@@ -17,9 +17,10 @@ written, a learner who patched the check library (or anything it calls) could re
   ``want``) is dropped too, so hidden expected values never exist in the learner's process.
 
 Where an expected value depends on the run itself (the learner's own outputs, e.g. "the stored weights
-equal the returned weights", or the global RNG), the reference cannot provide it; such *self-consistency
-sites* are found by running the reference twice with different seeds (:mod:`autograder.isolation`) and
-keep their ``want`` in the kernel. The reference is then graded like a learner's notebook; a cell the
+equal the returned weights", the global RNG, or a module's own parameters, which the learner's code
+initialises as it likes), the reference cannot provide it; such *self-consistency sites* are found by
+running the reference twice with different seeds and once with its modules re-initialised
+(:mod:`autograder.isolation`, :mod:`autograder.reinitialise`) and keep their ``want`` in the kernel. The reference is then graded like a learner's notebook; a cell the
 rewrite would break (an expected value whose computation also advanced a generator the next check needs)
 falls back to a *conservative* rewrite that keeps that cell's expected values in the kernel.
 
