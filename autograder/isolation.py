@@ -65,7 +65,8 @@ from pathlib import Path
 
 import nbformat
 
-from attention_course.cells import RECORD_MIME, grade_id, graded_cells, is_graded_run, is_graded_test, is_solution
+from attention_course.cells import (RECORD_MIME, grade_id, graded_cells, is_graded_run, is_graded_test, is_solution,
+                                    records_in)
 from attention_course.kinds import REGISTRY
 
 from . import intake, results, sandbox, structure, trusted
@@ -293,10 +294,6 @@ class Engine:
             gid = grade_id(c)
             _, sites = trusted.rewrite_test_cell(c.source, "profile")
             per_run = []
-            reinit_out = reinit_run["cells"].get(str(index), {}).get("outputs", [])
-            moved = {f"{r['cell']}/{r['check']}": r for r in
-                     (o["data"][RECORD_MIME] for o in reinit_out
-                      if o.get("output_type") == "display_data" and RECORD_MIME in o.get("data", {}))}
             for report in runs:
                 out = report["cells"].get(str(index), {}).get("outputs", [])
                 errors = [o for o in out if o.get("output_type") == "error"]
@@ -304,9 +301,10 @@ class Engine:
                     e = errors[0]
                     raise GraderError(f"the reference solution fails test cell {gid} of {chapter}: "
                                       f"{e.get('ename')}: {e.get('evalue')}")
-                recs = [o["data"][RECORD_MIME] for o in out
-                        if o.get("output_type") == "display_data" and RECORD_MIME in o.get("data", {})]
-                per_run.append(recs)
+                per_run.append(records_in({"outputs": out}))
+            # (an error in the re-initialised run says nothing about expected values: its records are enough)
+            moved = {f"{r['cell']}/{r['check']}": r
+                     for r in records_in(reinit_run["cells"].get(str(index), {}))}
             checks, keep_want, by_key2 = [], set(), {}
             for rec in per_run[1]:
                 by_key2[f"{rec['cell']}/{rec['check']}"] = rec
@@ -322,9 +320,9 @@ class Engine:
                 if other is None:
                     raise GraderError(f"check {key} of {chapter} ran in one reference run but not the other")
                 expected = REGISTRY[rec["kind"]].expected if rec.get("kind") in REGISTRY else None
-                reinit = moved.get(key)
-                if expected and (other["params"].get(expected) != rec["params"].get(expected) or
-                                 (reinit is not None and reinit["params"].get(expected) != rec["params"].get(expected))):
+                want = rec["params"].get(expected) if expected else None
+                if expected and any(r is not None and r["params"].get(expected) != want
+                                    for r in (other, moved.get(key))):
                     keep_want.add(rec["site"])
                 checks.append({"key": key, "check": rec["check"], "kind": rec["kind"], "site": rec["site"],
                                "params": rec["params"], "ref_got": rec["got"]})

@@ -77,14 +77,10 @@ def _takes_input(fn: ast.FunctionDef, method: bool) -> bool:
     return not fn.name.startswith("_") and (count > 0 or args.vararg is not None or args.kwarg is not None)
 
 
-def submission(course: Course, chapter: str, target: Target, kind: str) -> nbformat.NotebookNode:
-    """The reference with ``target`` replaced by the ``kind`` shortcut, and the phase cells in place."""
-    return submission_of_many(course, chapter, [(target, kind)])
-
-
 def submission_of_many(course: Course, chapter: str, shortcuts: list[tuple[Target, str]],
                        idle: frozenset[str] = frozenset()) -> nbformat.NotebookNode:
-    """Several shortcuts in one notebook (for targets whose test cells cannot reach each other's code).
+    """The reference with each ``(target, kind)`` shortcut installed and the phase cells in place (several
+    targets share a notebook when their test cells cannot reach each other's code).
 
     ``idle``: solution cells that no judged test cell can reach. Their functions and classes are replaced by
     one that raises at once, so the cells that call them (a training run, say) fail in microseconds instead

@@ -8,7 +8,6 @@ cannot change what each other's failing cells compute (tests/test_chapters.py, t
 from __future__ import annotations
 
 import ast
-from dataclasses import dataclass
 
 import nbformat
 
@@ -16,13 +15,8 @@ from attention_course.cells import grade_id, is_graded_test, is_solution
 from autograder.course import Course
 
 
-@dataclass(frozen=True)
-class Cells:
-    reach: dict[str, set[str]]  # graded cell -> grade_ids of the solution cells its code can reach
-    uses: dict[str, set[str]]  # graded cell -> the free names its own code loads
-
-
-def analyse(course: Course, chapter: str) -> Cells:
+def reach(course: Course, chapter: str) -> dict[str, set[str]]:
+    """{solution or graded test cell: grade_ids of the solution cells its code can reach}."""
     nb = nbformat.read(course.source_notebook(chapter), as_version=4)
     cells = []  # (grade_id or None, names bound, names used)
     for cell in nb.cells:
@@ -43,11 +37,10 @@ def analyse(course: Course, chapter: str) -> Cells:
                   for a in (*n.posonlyargs, *n.args, *n.kwonlyargs, n.vararg, n.kwarg) if a}
         used = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)} - local - bound
         cells.append((grade_id(cell) if is_solution(cell) or is_graded_test(cell) else None, bound, used))
-    reach, uses = {}, {}
+    table = {}
     for i, (gid, _, used) in enumerate(cells):
         if gid is None:
             continue
-        uses[gid] = set(used)
         seen, todo = set(), [(i, used)]
         while todo:
             j, names = todo.pop()
@@ -56,5 +49,5 @@ def analyse(course: Course, chapter: str) -> Cells:
                 if k is not None and k not in seen:
                     seen.add(k)
                     todo.append((k, cells[k][2]))
-        reach[gid] = {cells[k][0] for k in seen if cells[k][0]}
-    return Cells(reach, uses)
+        table[gid] = {cells[k][0] for k in seen if cells[k][0]}
+    return table

@@ -52,11 +52,11 @@ def run_nbgrader_batches(batches: list[list[tuple[Course, list[str]]]], processe
                     break
                 proc.stdin.write(json.dumps([[str(c.root), args] for c, args in batch]) + "\n")
                 proc.stdin.flush()
-                answer = proc.stdout.readline()
-                if not answer:
-                    errors.append(f"the nbgrader process died (exit {proc.wait()})")
-                elif not json.loads(answer)["ok"]:
-                    errors.append(json.loads(answer)["error"])
+                line = proc.stdout.readline()
+                answer = (json.loads(line) if line else
+                          {"ok": False, "error": f"the nbgrader process died (exit {proc.wait()})"})
+                if not answer["ok"]:
+                    errors.append(answer["error"])
             proc.stdin.close()
 
     threads = [threading.Thread(target=serve) for _ in range(processes)]

@@ -18,7 +18,7 @@ from attention_course.cells import grade_id, is_graded_run, is_graded_test, is_s
 from autograder import submissions
 from autograder.course import Course
 
-from .cell_reach import analyse
+from .cell_reach import reach as reach_of
 from .nbgrader_run import cell_scores, copy_course, failure_text, generate_assignment, run_nbgrader_batches
 
 COURSE = Course()
@@ -42,7 +42,7 @@ def packed(chapter: str, sample) -> list[list]:
     disjoint cells, so each such cell still fails for its own mistake alone (its symptom is asserted there).
     Stock nbgrader starts a kernel and imports torch per notebook, so fewer notebooks is most of this file's
     time."""
-    reach = analyse(COURSE, chapter).reach
+    reach = reach_of(COURSE, chapter)
 
     def touches(a, b) -> bool:  # can mistake a change what any cell b should fail computes?
         return a.cell in b.fails or any(a.cell in reach.get(cell, ()) for cell in b.fails)

@@ -10,6 +10,7 @@ in any chapter is covered the day it is written.
 """
 from __future__ import annotations
 
+import nbformat
 import pytest
 
 from attention_course.cells import is_solution
@@ -25,8 +26,6 @@ COURSE = Course()
 
 
 def _has_modules(chapter: str) -> bool:
-    import nbformat
-
     nb = nbformat.read(COURSE.source_notebook(chapter), as_version=4)
     return any(module_classes(c.source) for c in nb.cells if is_solution(c))
 

@@ -16,19 +16,22 @@ from autograder import shortcuts, submissions
 from autograder.course import Course
 from autograder.trusted import is_hidden
 
-from .cell_reach import analyse
+from .cell_reach import reach as reach_of
 from .conftest import course_with_engine
 
 COURSE = Course()
 CHAPTERS = COURSE.chapters()
 
 
+SOURCES = {ch: nbformat.read(COURSE.source_notebook(ch), as_version=4) for ch in CHAPTERS}
+REACH = {ch: reach_of(COURSE, ch) for ch in CHAPTERS}
+
+
 def exercise_tests(chapter: str) -> dict[str, list[str]]:
     """{solution cell: the graded test cells that follow it, up to the next solution cell}: the exercise's
     own tests, which a shortcut of any function the solution cell defines must fail."""
-    nb = nbformat.read(COURSE.source_notebook(chapter), as_version=4)
     tests, current = {}, None
-    for cell in nb.cells:
+    for cell in SOURCES[chapter].cells:
         if is_solution(cell):
             current = grade_id(cell)
             tests[current] = []
@@ -40,14 +43,15 @@ def exercise_tests(chapter: str) -> dict[str, list[str]]:
 TARGETS = {ch: shortcuts.targets(COURSE, ch) for ch in CHAPTERS}
 EXERCISES = {ch: exercise_tests(ch) for ch in CHAPTERS}
 OWN = {(ch, t): EXERCISES[ch][t.cell] for ch in CHAPTERS for t in TARGETS[ch]}
-HIDDEN = {ch: {grade_id(c) for c in nbformat.read(COURSE.source_notebook(ch), as_version=4).cells
-               if is_graded_test(c) and is_hidden(c.source)} for ch in CHAPTERS}
+HIDDEN = {ch: {grade_id(c) for c in SOURCES[ch].cells if is_graded_test(c) and is_hidden(c.source)}
+          for ch in CHAPTERS}
+SOLUTION_CELLS = {ch: [grade_id(c) for c in SOURCES[ch].cells if is_solution(c)] for ch in CHAPTERS}
 
 
 def packed(chapter: str) -> list[list[tuple[shortcuts.Target, str]]]:
     """Every (target, kind) of the chapter in as few notebooks as keep them apart: two share a notebook only
     when they live in different solution cells and neither's own cells can reach the other's cell."""
-    reach = analyse(COURSE, chapter).reach
+    reach = REACH[chapter]
 
     def touches(a, b) -> bool:
         return any(a.cell in reach[cell] for cell in OWN[(chapter, b)])  # a can change what b's tests compute
@@ -65,17 +69,16 @@ def packed(chapter: str) -> list[list[tuple[shortcuts.Target, str]]]:
 
 
 PACKED = {ch: packed(ch) for ch in CHAPTERS}
-SOLUTION_CELLS = {ch: [grade_id(c) for c in nbformat.read(COURSE.source_notebook(ch), as_version=4).cells
-                       if is_solution(c)] for ch in CHAPTERS}
 
 
 def idle(chapter: str, bin_) -> frozenset[str]:
     """The solution cells no judged cell of the notebook can reach: stubbed out, so a chapter's training run
     costs nothing in the notebooks that do not judge it (the keyed shortcut keeping its visible points in
     every notebook is the check that the stubs never reach a judged cell)."""
-    reach = analyse(COURSE, chapter).reach
-    needed = {t.cell for t, _ in bin_} | {c for t, _ in bin_ for own in OWN[(chapter, t)] for c in reach[own]}
+    needed = {t.cell for t, _ in bin_} | {c for t, _ in bin_ for own in OWN[(chapter, t)] for c in REACH[chapter][own]}
     return frozenset(c for c in SOLUTION_CELLS[chapter] if c not in needed)
+
+
 CASES = [(ch, t.name, kind) for ch in CHAPTERS for t in TARGETS[ch] for kind in shortcuts.KINDS]
 
 
