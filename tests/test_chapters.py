@@ -10,8 +10,6 @@ that a course graded without our engine is graded right.
 """
 from __future__ import annotations
 
-
-
 import pytest
 
 from attention_course.cells import grade_id, is_graded_run, is_graded_test, is_solution
