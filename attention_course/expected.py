@@ -39,18 +39,23 @@ def solution_notebook(root: Path, chapter: str) -> Path:
     return root / "solutions" / chapter / f"{chapter}.ipynb"
 
 
-def execute_reference(notebook: Path, timeout: int = 600, device: str = "cpu", allow_errors: bool = False):
+def execute_reference(notebook: Path, timeout: int = 600, device: str = "cpu"):
     """Execute the reference's setup, solution and test cells in reference mode; return the notebook.
 
     ``device`` is where the tests put their inputs: the expectations are computed on the CPU; other
     devices (``cuda``, ``meta``) are used by the course's own device tests.
     """
+    env = {"ATTENTION_COURSE_GRADING": "reference", "ATTENTION_COURSE_DEVICE": device}
+    return execute_notebook(reference_cells(notebook), env, timeout)
+
+
+def reference_cells(notebook: Path):
+    """The notebook with only what a reference run executes: setup, solution and graded test cells."""
     import nbformat
 
     nb = nbformat.read(notebook, as_version=4)
     nb.cells = [c for c in nb.cells if is_setup(c) or is_solution(c) or is_graded_test(c)]
-    env = {"ATTENTION_COURSE_GRADING": "reference", "ATTENTION_COURSE_DEVICE": device}
-    return execute_notebook(nb, env, timeout, allow_errors=allow_errors)
+    return nb
 
 
 def execute_notebook(nb, env: dict, timeout: int = 600, allow_errors: bool = False, record_timing: bool = True):

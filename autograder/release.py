@@ -48,35 +48,44 @@ def execute_source(course: Course, chapter: str, timeout: int = 900) -> nbformat
     return nb
 
 
-def generate(course: Course, chapter: str, out_dir: Path, db_url: str) -> Path:
-    """Write the release notebook of one chapter into ``out_dir/<chapter>/``; returns its path."""
+def generate(course: Course, chapters: list[str], out_dir: Path, db_url: str) -> dict[str, Path]:
+    """Write the release notebook of each chapter into ``out_dir/<chapter>/``; returns their paths.
+
+    One ``nbgrader generate_assignment`` call does every chapter (its assignment id is a glob over the chapters
+    staged here): starting nbgrader costs more than generating one chapter."""
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        src = tmp / "source" / chapter
-        shutil.copytree(course.solutions / chapter, src)
-        nbformat.write(execute_source(course, chapter), src / f"{chapter}.ipynb")
-        cmd = [sys.executable, "-m", "nbgrader", "generate_assignment", chapter, "--force",
+        for chapter in chapters:
+            src = tmp / "source" / chapter
+            shutil.copytree(course.solutions / chapter, src)
+            nbformat.write(execute_source(course, chapter), src / f"{chapter}.ipynb")
+        cmd = [sys.executable, "-m", "nbgrader", "generate_assignment", "*", "--force",
                f"--CourseDirectory.root={tmp}", "--CourseDirectory.source_directory=source",
                "--CourseDirectory.release_directory=release", f"--CourseDirectory.db_url={db_url}",
                "--ClearOutput.enabled=False", "--log-level=WARN"]
         done = subprocess.run(cmd, env=course.nbgrader_env(), capture_output=True, text=True)
         if done.returncode != 0:
-            raise RuntimeError(f"nbgrader generate_assignment failed for {chapter}:\n{done.stdout}\n{done.stderr}")
-        released = tmp / "release" / chapter
-        nb = nbformat.read(released / f"{chapter}.ipynb", as_version=4)
-        nb.metadata["attention_course"] = {"generated_from": f"solutions/{chapter}/{chapter}.ipynb",
-                                           "generator": "python -m autograder release"}
-        note = nbformat.v4.new_markdown_cell(GENERATED_NOTE.format(chapter=chapter))
-        note.id = "generated-note"
-        # For maintainers who open the file, not for readers: Jupyter Book drops cells tagged remove-cell.
-        note.metadata["tags"] = ["remove-cell"]
-        nb.cells.append(note)
-        dest = Path(out_dir) / chapter
-        if dest.exists():
-            shutil.rmtree(dest)
-        shutil.copytree(released, dest)
-        nbformat.write(nb, dest / f"{chapter}.ipynb")
-        return dest / f"{chapter}.ipynb"
+            raise RuntimeError(f"nbgrader generate_assignment failed for {', '.join(chapters)}:\n"
+                               f"{done.stdout}\n{done.stderr}")
+        return {chapter: _finish(tmp / "release" / chapter, chapter, Path(out_dir)) for chapter in chapters}
+
+
+def _finish(released: Path, chapter: str, out_dir: Path) -> Path:
+    """Mark nbgrader's release of ``chapter`` as generated and copy it to ``out_dir/<chapter>/``."""
+    nb = nbformat.read(released / f"{chapter}.ipynb", as_version=4)
+    nb.metadata["attention_course"] = {"generated_from": f"solutions/{chapter}/{chapter}.ipynb",
+                                       "generator": "python -m autograder release"}
+    note = nbformat.v4.new_markdown_cell(GENERATED_NOTE.format(chapter=chapter))
+    note.id = "generated-note"
+    # For maintainers who open the file, not for readers: Jupyter Book drops cells tagged remove-cell.
+    note.metadata["tags"] = ["remove-cell"]
+    nb.cells.append(note)
+    dest = out_dir / chapter
+    if dest.exists():
+        shutil.rmtree(dest)
+    shutil.copytree(released, dest)
+    nbformat.write(nb, dest / f"{chapter}.ipynb")
+    return dest / f"{chapter}.ipynb"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -87,7 +96,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     course = Course()
     course.grading.mkdir(exist_ok=True)
-    for chapter in args.chapters or course.chapters():
-        path = generate(course, chapter, args.out or course.chapters_dir, args.db or course.db_url)
+    released = generate(course, args.chapters or course.chapters(), args.out or course.chapters_dir,
+                        args.db or course.db_url)
+    for chapter, path in released.items():
         print(f"released {chapter} -> {path.relative_to(course.root) if path.is_relative_to(course.root) else path}")
     return 0

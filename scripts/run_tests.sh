@@ -6,6 +6,6 @@ cd "$(dirname "$0")/.."
 bash scripts/install.sh
 bash scripts/install_test_deps.sh
 # One pytest worker per core (at most 4); whole files go to one worker so module fixtures (a warm engine, a
-# graded class, the built book) are built once.
+# graded class, the built book) are built once, longest file first (tests/conftest.py, FILE_SECONDS).
 workers=$(nproc); [ "$workers" -gt 4 ] && workers=4
-.venv/bin/python -m pytest tests -n "$workers" --dist loadfile "$@"
+.venv/bin/python -m pytest tests -n "$workers" --dist loadfile --no-loadscope-reorder "$@"

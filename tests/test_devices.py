@@ -9,15 +9,20 @@ reference run also happens on the GPU and must match the CPU expectations.
 """
 from __future__ import annotations
 
-import pytest
+import os
 
-pytestmark = pytest.mark.notebooks
+import nbformat
+import pytest
 import torch
+from jupyter_client.manager import KernelManager
+from nbclient import NotebookClient
 
 from attention_course import verdicts
 from attention_course.encoding import DecodedTensor, decode
-from attention_course.expected import execute_reference, load_expected, records_table, run_reference
+from attention_course.expected import load_expected, records_table, reference_cells, run_reference
 from autograder.course import Course
+
+pytestmark = pytest.mark.notebooks
 
 COURSE = Course()
 CHAPTERS = COURSE.chapters()
@@ -30,9 +35,32 @@ NEEDS_VALUES = ("with Meta tensors", "on meta tensors", "out of meta tensor", "m
 WRONG_DEVICE = ("expected device", "same device", "device mismatch")
 
 
+@pytest.fixture(scope="module")
+def meta_kernel(tmp_path_factory):
+    """One kernel, in reference mode on the meta device, for every chapter's audit: a kernel start and a torch
+    import were most of each chapter's time. Each chapter starts from an empty namespace (``%reset -f``), so
+    nothing one chapter defines can stand in for what another leaves undefined."""
+    km = KernelManager(kernel_name="python3")
+    km.start_kernel(env=dict(os.environ, ATTENTION_COURSE_GRADING="reference", ATTENTION_COURSE_DEVICE="meta"),
+                    cwd=str(tmp_path_factory.mktemp("meta")))
+    yield km
+    km.shutdown_kernel(now=True)
+
+
+def run_on_meta(km, chapter):
+    nb = reference_cells(COURSE.source_notebook(chapter))
+    nb.cells.insert(0, nbformat.v4.new_code_cell("%reset -f"))
+    client = NotebookClient(nb, km=km, timeout=600, allow_errors=True)
+    try:
+        client.execute()
+    finally:
+        client.kc.stop_channels()
+    return nb
+
+
 @pytest.mark.parametrize("chapter", CHAPTERS)
-def test_reference_keeps_results_on_the_input_device(chapter):
-    nb = execute_reference(COURSE.source_notebook(chapter), device="meta", allow_errors=True)
+def test_reference_keeps_results_on_the_input_device(meta_kernel, chapter):
+    nb = run_on_meta(meta_kernel, chapter)
     errors = [f"{o.ename}: {o.evalue}" for c in nb.cells if c.cell_type == "code"
               for o in c.get("outputs", []) if o.output_type == "error"]
     misplaced = [e for e in errors if any(w in e for w in WRONG_DEVICE) or not any(n in e for n in NEEDS_VALUES)]

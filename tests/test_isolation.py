@@ -2,7 +2,7 @@
 course (every chapter's reference, blank and catalogue: tests/test_catalogues.py).
 
 The hostile corpus (tests/hostile/cases.py) is graded as one batch through one Engine with small limits
-(cell 3 s, notebook 10 s, 1.5 GB, 64 processes, 5 MB of output) in a throwaway copy of the course that also
+(cell 3 s, notebook 8 s, 1.5 GB, 64 processes, 5 MB of output) in a throwaway copy of the course that also
 holds a gradebook, another learner's submission and a canary file; a TCP server listens on 127.0.0.1 only.
 Each case asserts its exact score, status, reason and flags, that the whole batch finished, and that
 nothing outside the sandbox changed.

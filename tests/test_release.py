@@ -27,14 +27,22 @@ def test_every_chapter_is_released_and_in_the_book():
         assert f"chapters/{chapter}/{chapter}" in files, f"{chapter} is missing from _toc.yml"
 
 
+@pytest.fixture(scope="module")
+def regenerated(tmp_path_factory):
+    """Every chapter's release regenerated from solutions/ (one nbgrader start for all of them), with the
+    machine's best CPU kernels on two threads: tests/test_nbval.py runs the generic kernels on one."""
+    tmp = tmp_path_factory.mktemp("release")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.delenv("ATEN_CPU_CAPABILITY", raising=False)
+        mp.setenv("OMP_NUM_THREADS", "2")
+        mp.setenv("MKL_NUM_THREADS", "2")
+        return generate(COURSE, CHAPTERS, tmp / "release", f"sqlite:///{tmp / 'gradebook.db'}")
+
+
 @pytest.mark.notebooks
 @pytest.mark.parametrize("chapter", CHAPTERS)
-def test_release_equals_fresh_regeneration(chapter, tmp_path, monkeypatch):
-    # The machine's best CPU kernels on two threads: tests/test_nbval.py runs the generic kernels on one.
-    monkeypatch.delenv("ATEN_CPU_CAPABILITY", raising=False)
-    monkeypatch.setenv("OMP_NUM_THREADS", "2")
-    monkeypatch.setenv("MKL_NUM_THREADS", "2")
-    fresh = generate(COURSE, chapter, tmp_path / "release", f"sqlite:///{tmp_path / 'gradebook.db'}")
+def test_release_equals_fresh_regeneration(regenerated, chapter):
+    fresh = regenerated[chapter]
     committed = COURSE.release_notebook(chapter)
     now, stored = comparable(fresh), comparable(committed)
     # This run is also the "machine's best CPU kernels, default threads" half of the machine-independence

@@ -27,6 +27,12 @@ ALL_CELLS = ("test_masked_softmax_visible", "test_masked_softmax_hidden", "test_
              "test_scores_hidden", "test_additive_attention_visible", "test_additive_attention_hidden",
              "test_sdpa_visible", "test_sdpa_hidden", "test_variance", "test_variance_hidden")
 VARIANCE = ("test_variance", "test_variance_hidden")  # 1 + 1 points
+# The limits the corpus is graded under (the reasons below quote them). The reference takes about 1 s with no cell
+# over 0.2 s, so the timeouts leave it a wide margin on a loaded machine while the two cases that must wait for
+# them (a cell that never ends, a notebook that swallows every interrupt) cost little. The cell limit also bounds
+# the memory bomb, which must reach the memory limit first: touching 2 GB of pages took over 2 s beside the rest of
+# the suite (a 2 s cell limit made that case time out instead of running out of memory), so it stays at 3 s.
+LIMITS = dict(cell_timeout_s=3, notebook_timeout_s=8, memory_mb=1536, max_procs=64, max_output_mb=5)
 
 
 @dataclass
@@ -563,13 +569,14 @@ CASES = [
          "graded", FULL - 16, failing=SCORES_AND_SDPA, outputs_contain=("CellTimeout",)),
     Case("swallows_interrupt", "ignores the alarm and swallows every interrupt: the wall clock kills it",
          lambda ctx: insert_after(reference(ctx), "setup", SWALLOW),
-         "zero", 0.0, reason="timeout: notebook exceeded 10 s", max_seconds=25),
+         "zero", 0.0, reason=f"timeout: notebook exceeded {LIMITS['notebook_timeout_s']} s",
+         max_seconds=LIMITS["notebook_timeout_s"] + 15),
     Case("memory_bomb", "allocates 512 MB blocks until something gives",
          lambda ctx: insert_after(reference(ctx), "setup", MEMORY_BOMB),
-         "zero", 0.0, reason="kernel died (out of memory: limit 1536 MB)"),
+         "zero", 0.0, reason=f"kernel died (out of memory: limit {LIMITS['memory_mb']} MB)"),
     Case("fork_bomb", "forks 300 sleeping children",
          lambda ctx: insert_after(reference(ctx), "setup", FORK_BOMB),
-         "zero", 0.0, reason="process limit exceeded: the notebook tried to run more than 64 processes or "
+         "zero", 0.0, reason=f"process limit exceeded: the notebook tried to run more than {LIMITS['max_procs']} processes or "
                              "threads (fork bomb?)"),
     Case("os_exit", "os._exit(0) in a cell",
          lambda ctx: insert_after(reference(ctx), "scores", "import os\nos._exit(0)"),

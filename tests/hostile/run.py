@@ -16,9 +16,7 @@ from autograder import submissions
 from autograder.course import Course
 from autograder.isolation import Engine, Limits
 
-from .cases import CASES, CHAPTER, Ctx
-
-LIMITS = dict(cell_timeout_s=3, notebook_timeout_s=10, memory_mb=1536, max_procs=64, max_output_mb=5)
+from .cases import CASES, CHAPTER, LIMITS, Ctx
 
 
 def write_cases(ctx: Ctx) -> dict[str, Path]:
