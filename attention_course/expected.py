@@ -18,7 +18,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from .cells import is_graded_test, is_setup, is_solution, records_in
+from .cells import is_graded_run, is_graded_test, records_in
 from .encoding import decode
 
 CACHE_DIRNAME = Path("grading") / "expected"
@@ -54,7 +54,7 @@ def reference_cells(notebook: Path):
     import nbformat
 
     nb = nbformat.read(notebook, as_version=4)
-    nb.cells = [c for c in nb.cells if is_setup(c) or is_solution(c) or is_graded_test(c)]
+    nb.cells = [c for c in nb.cells if is_graded_run(c)]
     return nb
 
 
