@@ -5,6 +5,7 @@
 - ``verdicts``: the pure decisions behind every check (shared by the learner's kernel and the trusted grader).
 - ``checks``: the ``Checks`` object that graded test cells call.
 - ``cells``: how a notebook cell is classified (setup, solution, graded test).
-- ``expected``: reference expectations computed from the solution notebooks.
+- ``expected``: reference values for checks decided inside a kernel (read from the grading engine's reference
+  profile, the one reference run), and the reference run on other devices for the device audit.
 - ``plots``: figures shared by several chapters.
 """

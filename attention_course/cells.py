@@ -1,6 +1,8 @@
 """How the course classifies notebook cells (nbgrader metadata plus our ``setup`` tag)."""
 from __future__ import annotations
 
+import zlib
+
 SETUP_TAG = "setup"
 RECORD_MIME = "application/vnd.attention-course.check+json"
 
@@ -26,6 +28,19 @@ def is_graded_run(cell) -> bool:
     """A code cell that grading runs: setup, solution or graded test. The rest (demos, figures, training
     runs that only illustrate) never feed a graded check: the reference run skips them and still passes."""
     return cell.cell_type == "code" and (is_setup(cell) or is_solution(cell) or is_graded_test(cell))
+
+
+# Every graded test cell starts from the same random state, whatever ran (or failed) before it, wherever it runs:
+# Checks seeds it in a learner's kernel and under stock nbgrader, the grading engine seeds it in the sandbox (for
+# the learner and for the reference profile, the one reference run). So all of them draw identical inputs and the
+# reference values stock nbgrader looks up are the engine's. The engine re-runs the reference with other bases
+# to find expected values that depend on the seed (autograder/isolation.py).
+GRADING_SEED_BASE = 1_000_003
+
+
+def cell_seed(grade_id: str, base: int = GRADING_SEED_BASE) -> int:
+    """The seed a graded test cell starts from (``random``, NumPy and torch alike)."""
+    return (base + zlib.crc32(grade_id.encode())) % (2 ** 31)
 
 
 def grade_id(cell) -> str | None:

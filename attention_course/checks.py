@@ -21,9 +21,8 @@ or ``sandbox`` (record only; the trusted grader decides).
 from __future__ import annotations
 
 import os
-import zlib
 
-from .cells import RECORD_MIME
+from .cells import RECORD_MIME, cell_seed
 from .encoding import decode, encode
 from .kinds import REGISTRY, call_outcome, decide
 from .runtime import current_chapter, seed_everything
@@ -60,11 +59,11 @@ class Checks:
     def __init__(self, cell_id: str):
         self.cell_id = cell_id
         self._seen: set[str] = set()
-        # Every test cell starts from the same random state, whatever ran (or failed) before it, so the
-        # learner's kernel, stock nbgrader and the reference run all draw identical inputs. (In the
-        # sandbox the grading engine seeds each test cell itself, for the learner and the reference alike.)
+        # The cell's seed (attention_course.cells.cell_seed), so the learner's kernel and stock nbgrader draw
+        # the inputs the grading engine's reference run drew. (In the sandbox the engine seeds each test cell
+        # itself, with the same seed, before the cell runs.)
         if os.environ.get("ATTENTION_COURSE_CELL_SEEDING") != "engine":
-            seed_everything(zlib.crc32(cell_id.encode()))
+            seed_everything(cell_seed(cell_id))
 
     def _run(self, check_id: str, kind: str, got, params: dict, describe: str | None) -> None:
         spec = REGISTRY[kind]

@@ -1,17 +1,18 @@
-"""Reference expectations: what every check records when the reference solution runs it.
+"""Reference values for checks decided inside a kernel, and the reference run on other devices.
 
-A clean process executes only the setup cell, the solution cells and the graded test cells of
-``solutions/<chapter>/<chapter>.ipynb`` (demos and figures are skipped) with
-``ATTENTION_COURSE_GRADING=reference``, and keeps each check's record keyed by ``(cell, check)``.
-Setup cells (tag ``setup``) hold whatever the tests need besides the solutions: imports, the device,
-shared example data. The result is cached next to the gradebook, keyed by a hash of the solution notebook.
+There is one reference run per chapter: the grading engine's *reference profile*
+(:meth:`autograder.isolation.Engine.profile`), which runs the setup, solution and graded test cells of
+``solutions/<chapter>/<chapter>.ipynb`` in the sandbox, each test cell seeded as :class:`.checks.Checks` seeds it
+(:func:`.cells.cell_seed`), and caches every check's record under ``grading/expected/``. A ``matches_reference``
+check decided inside a kernel (stock ``nbgrader autograde``) looks its value up there (:func:`reference_value`);
+a missing profile is built on first use by ``python -m autograder profile`` in a separate interpreter.
 
-Run as ``python -m attention_course.expected SOLUTION.ipynb OUT.json``.
+:func:`execute_reference` runs the same cells in a plain kernel on another device (``meta``, ``cuda``): the
+course's device audit (tests/test_devices.py) compares those runs with the profile; they never supply
+expected values.
 """
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import subprocess
 import sys
@@ -20,9 +21,6 @@ from pathlib import Path
 
 from .cells import is_graded_run, is_graded_test, records_in
 from .encoding import decode
-
-CACHE_DIRNAME = Path("grading") / "expected"
-
 
 def find_course_root(start: Path | None = None) -> Path | None:
     env = os.environ.get("ATTENTION_COURSE_ROOT")
@@ -92,33 +90,22 @@ def run_reference(notebook: Path, timeout: int = 600, device: str = "cpu") -> di
     return records_table(execute_reference(notebook, timeout, device))
 
 
-def notebook_hash(notebook: Path) -> str:
-    return hashlib.sha256(notebook.read_bytes()).hexdigest()[:16]
-
-
-def expected_path(root: Path, chapter: str) -> Path:
-    nb = solution_notebook(root, chapter)
-    return root / CACHE_DIRNAME / f"{chapter}-{notebook_hash(nb)}.json"
-
-
-def build_expected(root: Path, chapter: str) -> Path:
-    """Compute (or reuse) the cached expectations of one chapter; returns the cache file."""
-    out = expected_path(root, chapter)
-    if out.is_file():
-        return out
-    out.parent.mkdir(parents=True, exist_ok=True)
-    # A separate interpreter, so nothing of the calling kernel leaks into the reference run.
-    done = subprocess.run([sys.executable, "-m", "attention_course.expected",
-                           str(solution_notebook(root, chapter)), str(out)],
-                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    if done.returncode != 0:
-        tail = "\n".join(done.stderr.strip().splitlines()[-15:])
-        raise RuntimeError(f"the reference run of {chapter} failed:\n{tail}")
-    return out
-
-
 def load_expected(root: Path, chapter: str) -> dict:
-    return json.loads(build_expected(root, chapter).read_text())
+    """``{"cell/check": record}`` of the chapter's reference run, from its reference profile (built if missing)."""
+    from autograder.course import Course
+    from autograder.isolation import cached_profile, reference_table
+
+    course = Course(root)
+    prof = cached_profile(course, chapter)
+    if prof is None:
+        # A separate interpreter, so nothing of the calling kernel leaks into the reference run.
+        done = subprocess.run([sys.executable, "-m", "autograder", "profile", chapter, "--course", str(course.root)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        prof = cached_profile(course, chapter)
+        if prof is None:
+            tail = "\n".join(done.stderr.strip().splitlines()[-15:])
+            raise RuntimeError(f"the reference run of {chapter} failed:\n{tail}")
+    return reference_table(prof)
 
 
 _loaded: dict[str, dict] = {}
@@ -138,16 +125,3 @@ def reference_value(chapter: str | None, cell_id: str, check_id: str):
     if rec is None:
         raise RuntimeError(f"no reference record for check {cell_id}/{check_id}")
     return decode(rec["got"])
-
-
-def main(argv: list[str]) -> int:
-    notebook, out = Path(argv[0]), Path(argv[1])
-    table = run_reference(notebook)
-    tmp = out.with_name(f"{out.name}.{os.getpid()}.tmp")  # unique: two graders may build at once
-    tmp.write_text(json.dumps(table))
-    tmp.replace(out)  # atomic: a concurrent reader never sees half a file
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main(sys.argv[1:]))

@@ -10,6 +10,8 @@
   ``autograder/export.py``).
 - ``grade`` and ``grade-one`` take ``--isolation auto|root|user|process`` (default auto: the strongest this
   account reaches) and ``--require LEVEL`` (refuse to grade below it); see docs/isolation.md.
+- ``profile [CHAPTER...] [--course ROOT]``: build the chapters' reference profiles (the one reference run,
+  cached in ``grading/expected/``); ``grade`` and stock nbgrader's kernels build them on first use anyway.
 - ``nbgrader ARGS...``: run nbgrader with this course's configuration
   (e.g. ``nbgrader autograde 03_scoring_functions``).
 """
@@ -81,6 +83,10 @@ def main(argv: list[str]) -> int:
         return grade_main(rest)
     if command == "grade-one":
         return grade_one(rest)
+    if command == "profile":
+        from .isolation import profile_main
+
+        return profile_main(rest)
     if command == "export":
         from .export import main as export_main
 

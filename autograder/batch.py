@@ -14,7 +14,7 @@ has imported torch once and forks a sandboxed child per notebook), then writes
 Parallelism: ``--workers N`` local worker processes (default: one per CPU), each holding one warm engine;
 results come back to this process, the only gradebook writer. ``--scheduler tcp://HOST:PORT`` grades on a
 Dask distributed cluster instead: the submission bytes and the course files grading needs (source
-notebooks, reference expectations) are shipped to the workers, so they need this repository's code and
+notebooks, reference profiles) are shipped to the workers, so they need this repository's code and
 Python environment but no shared filesystem (start them with ``dask worker tcp://HOST:PORT --nthreads 1``).
 
 Resuming: each recorded notebook carries a key (hash of the submission, its chapter's source notebook and
@@ -98,41 +98,25 @@ def _sha(*parts: bytes) -> str:
 
 
 def grading_sources() -> list[Path]:
-    """The code that decides scores: the engine module, the modules of its package it imports (transitively)
-    and the check library. A change to any of them regrades every submission."""
-    import ast
-
+    """The code that can change a score: every module of ``autograder/`` and ``attention_course/`` (a change
+    anywhere in them regrades every submission: regrading is cheaper than proving a change harmless, and no
+    import graph is followed, so nothing is missed), plus the engine module when a test or benchmark swaps in
+    one from elsewhere (``AUTOGRADER_ENGINE``)."""
     import attention_course
 
-    files = set(Path(attention_course.__file__).parent.glob("*.py"))
+    files = set()
+    for package_dir in (Path(attention_course.__file__).parent, Path(__file__).parent):
+        files.update(p for p in package_dir.rglob("*.py") if "__pycache__" not in p.parts)
     spec = importlib.util.find_spec(engine_module_name())
-    if spec is None or not spec.origin:
-        return sorted(files)
-    todo, seen = [Path(spec.origin)], set()
-    package_dir = Path(spec.origin).parent
-    package = engine_module_name().rpartition(".")[0]
-    while todo:
-        path = todo.pop()
-        if path in seen or not path.is_file():
-            continue
-        seen.add(path)
-        for node in ast.walk(ast.parse(path.read_bytes())):
-            names = []
-            if isinstance(node, ast.ImportFrom):
-                if node.level == 1:
-                    names = [node.module] if node.module else [a.name for a in node.names]
-                elif package and node.level == 0 and (node.module or "").startswith(package + "."):
-                    names = [node.module[len(package) + 1:]]
-            elif isinstance(node, ast.Import) and package:
-                names = [a.name[len(package) + 1:] for a in node.names if a.name.startswith(package + ".")]
-            for name in names:
-                sub = package_dir / name.split(".")[0]
-                todo.extend(sorted(sub.glob("*.py")) if sub.is_dir() else [sub.with_suffix(".py")])  # a subpackage
-    return sorted(files | seen)
+    if spec is not None and spec.origin:
+        files.add(Path(spec.origin))
+    return sorted(files)
 
 
 def grading_code_hash() -> str:
-    return _sha(*(p.name.encode() + b"\0" + p.read_bytes() for p in grading_sources()))
+    root = Path(__file__).resolve().parent.parent
+    return _sha(*(str(p.resolve().relative_to(root) if p.resolve().is_relative_to(root) else p.name).encode()
+                  + b"\0" + p.read_bytes() for p in grading_sources()))
 
 
 def submission_key(task: Task, source_bytes: bytes, code_hash: str, limits_repr: str) -> str:

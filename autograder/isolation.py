@@ -59,14 +59,13 @@ import sys
 import tempfile
 import threading
 import time
-import zlib
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import nbformat
 
-from attention_course.cells import (RECORD_MIME, grade_id, graded_cells, is_graded_run, is_graded_test, is_solution,
-                                    records_in)
+from attention_course.cells import (GRADING_SEED_BASE, RECORD_MIME, cell_seed, grade_id, graded_cells, is_graded_run,
+                                    is_graded_test, is_solution, records_in)
 from attention_course.kinds import REGISTRY
 
 from . import intake, results, sandbox, structure, trusted
@@ -75,7 +74,7 @@ from .reinitialise import reinitialised
 from .trusted import feedback_html  # noqa: F401 - part of this module's interface
 
 ENGINE_VERSION = "isolation-8"  # 8: expected values that move with the parameters stay in the kernel
-SEED_BASES = (1_000_003, 2_000_029)  # the grading seed, and the one the reference is re-run with
+SEED_BASES = (GRADING_SEED_BASE, 2_000_029)  # the grading seed (Checks' too), and the one the reference is re-run with
 
 
 @dataclass
@@ -100,8 +99,41 @@ class IsolationUnavailable(GraderError):
     """The isolation level asked for (``--isolation``) or required (``--require``) cannot be reached here."""
 
 
-def cell_seed(base: int, gid: str) -> int:
-    return (base + zlib.crc32(gid.encode())) % (2 ** 31)
+def profile_path(course: Course, chapter: str) -> Path:
+    """Where the chapter's reference profile is cached: named by a hash of its source and this engine's version."""
+    src_path = course.source_notebook(chapter)
+    if not src_path.is_file():
+        raise GraderError(f"unknown chapter {chapter!r}: no {src_path}")
+    digest = hashlib.sha256(src_path.read_bytes() + ENGINE_VERSION.encode()).hexdigest()[:16]
+    return course.grading / "expected" / f"isolation-{chapter}-{digest}.json"
+
+
+def cached_profile(course: Course, chapter: str, path: Path | None = None) -> dict | None:
+    """The chapter's cached reference profile, or None when there is none for this source and engine."""
+    path = path or profile_path(course, chapter)
+    try:
+        prof = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return prof if prof.get("digest") == path.stem.rsplit("-", 1)[1] else None
+
+
+def reference_table(prof: dict) -> dict:
+    """The profile's reference run (the grading seed) as ``{"cell/check": record}``: the reference values that
+    checks decided inside a kernel look up (stock ``nbgrader autograde``; attention_course.expected)."""
+    return {c["key"]: {"cell": gid, "check": c["check"], "kind": c["kind"], "params": c["params"], "got": c["ref_got"]}
+            for gid, spec in prof["cells"].items() for c in spec["checks"]}
+
+
+def build_profiles(course_root: Path, chapters: list[str], limits: "Limits | None" = None) -> list[Path]:
+    """Build (or reuse) the reference profiles of ``chapters`` with one warm engine; returns their cache files."""
+    with Engine(course_root, limits or Limits()) as engine:
+        missing = engine.missing_capabilities()
+        if missing:
+            raise GraderError(f"isolated grading is not available on this machine: missing {', '.join(missing)}")
+        for chapter in chapters:
+            engine.profile(chapter)
+        return [profile_path(engine.course, chapter) for chapter in chapters]
 
 
 class Engine:
@@ -234,22 +266,15 @@ class Engine:
 
     def profile(self, chapter: str) -> dict:
         """The chapter's reference profile (built on first use, cached on disk and in memory)."""
-        src_path = self.course.source_notebook(chapter)
-        if not src_path.is_file():
-            raise GraderError(f"unknown chapter {chapter!r}: no {src_path}")
-        digest = hashlib.sha256(src_path.read_bytes() + ENGINE_VERSION.encode()).hexdigest()[:16]
+        path = profile_path(self.course, chapter)
+        digest = path.stem.rsplit("-", 1)[1]
         cached = self._profiles.get(chapter)
         if cached and cached["digest"] == digest:
             return cached
-        path = self.course.grading / "expected" / f"isolation-{chapter}-{digest}.json"
-        if path.is_file():
-            try:
-                prof = json.loads(path.read_text())
-                if prof.get("digest") == digest:
-                    self._profiles[chapter] = prof
-                    return prof
-            except ValueError:
-                pass
+        prof = cached_profile(self.course, chapter, path)
+        if prof is not None:
+            self._profiles[chapter] = prof
+            return prof
         prof = self._build_profile(chapter, digest)
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(f".tmp{os.getpid()}")
@@ -274,7 +299,7 @@ class Engine:
                     code, _ = trusted.rewrite_test_cell(c.source, "profile")
                 except trusted.TestCellNotSupported as exc:
                     raise GraderError(f"test cell {gid} of {chapter}: {exc}") from None
-                entry.update(code=code, test=True, grade_id=gid, seed=cell_seed(seed_base, gid))
+                entry.update(code=code, test=True, grade_id=gid, seed=cell_seed(gid, seed_base))
             cells.append(entry)
         report = self._run(self._job(cells, "profile", self._reference_limits()))
         if report.get("status") != "ok":
@@ -389,7 +414,7 @@ class Engine:
                                                         conservative=bool(spec.get("conservative")))
                 except trusted.TestCellNotSupported as exc:
                     raise GraderError(f"test cell {gid}: {exc}") from None
-                entry.update(code=code, test=True, grade_id=gid, seed=cell_seed(SEED_BASES[0], gid))
+                entry.update(code=code, test=True, grade_id=gid, seed=cell_seed(gid, SEED_BASES[0]))
             cells.append(entry)
         return cells
 
@@ -592,3 +617,26 @@ def main(argv: list[str] | None = None) -> int:
         for m in cell["messages"]:
             print(f"      {m}")
     return 0 if result["status"] != "failed" else 1
+
+
+def profile_main(argv: list[str] | None = None) -> int:
+    """``python -m autograder profile``: build (or reuse) the reference profiles, the one reference run.
+
+    ``grade`` builds them itself when it needs them; stock ``nbgrader autograde``'s kernels read their reference
+    values from them (attention_course.expected) and run this command on first use."""
+    parser = argparse.ArgumentParser(prog="python -m autograder profile",
+                                     description="Build the chapters' reference profiles (cached in grading/expected).")
+    parser.add_argument("chapters", nargs="*", help="chapter ids (default: every chapter)")
+    parser.add_argument("--course", type=Path, default=None, help="the course tree (default: this repository)")
+    add_isolation_arguments(parser)
+    args = parser.parse_args(argv)
+    course = Course(args.course) if args.course else Course()
+    try:
+        paths = build_profiles(course.root, args.chapters or course.chapters(),
+                               Limits(isolation=args.isolation, require=args.require or ""))
+    except GraderError as exc:
+        print(f"profile: {exc}", file=sys.stderr)
+        return 2
+    for path in paths:
+        print(path)
+    return 0

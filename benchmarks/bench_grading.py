@@ -10,8 +10,8 @@ with both, in two throwaway copies of the course, and
   (time(full class) - time(small class)) / (notebooks(full) - notebooks(small)) where the small class is
   the first ``--small`` learners.
 
-One-time, per-chapter preparation that both paths cache on disk (the reference expectations stock grading
-reads, our engine's reference profile) and registering the chapters in the gradebooks are done before the
+One-time, per-chapter preparation that both paths cache on disk (the reference profile: our engine decides
+from it, stock grading's kernels look reference values up in it) and registering the chapters in the gradebooks are done before the
 clocks start, and reported apart ("cold profile"). Also printed, from the same run:
 
 - the no-op time: ``grade`` again with nothing to grade (it must start no worker);
@@ -95,15 +95,17 @@ def nbgrader(course: Course, args: list[str], db: str) -> list[str]:
     return [sys.executable, "-m", "nbgrader", *args, f"--db={db}", "--log-level=WARN"]
 
 
-def stock_prepare(course: Course, chapters: list[str], db: str) -> float:
-    from attention_course.expected import build_expected
-
+def stock_prepare(course: Course, chapters: list[str], db: str, profiles: bool = True) -> float:
+    """Register the chapters in ``db``; with ``profiles``, also build the reference profiles whose reference
+    values stock nbgrader's kernels look up (they would build them on first use, inside the timed run)."""
     started = time.perf_counter()
     for ch in chapters:
         run(nbgrader(course, ["generate_assignment", ch, "--force",
                               f"--CourseDirectory.release_directory={course.root / 'release_scratch'}"], db),
             course.nbgrader_env(), course.root, f"nbgrader generate_assignment {ch}")
-        build_expected(course.root, ch)
+    if profiles:
+        run([sys.executable, "-m", "autograder", "profile", *chapters, "--course", str(course.root)],
+            dict(os.environ), course.root, "python -m autograder profile")
     return time.perf_counter() - started
 
 
@@ -348,11 +350,11 @@ def main(argv: list[str] | None = None) -> int:
         if not args.skip_stock:
             stock_db = "sqlite:///" + str(stock.grading / "gradebook.db")
             numbers["stock_prepare_s"] = stock_prepare(stock, chapters, stock_db)
-            print(f"stock: one-time generate_assignment + reference expectations {numbers['stock_prepare_s']:.1f} s",
+            print(f"stock: one-time generate_assignment + reference profiles {numbers['stock_prepare_s']:.1f} s",
                   flush=True)
             if args.small:
                 small_db = "sqlite:///" + str(stock.grading / "gradebook-small.db")
-                stock_prepare(stock, chapters, small_db)
+                stock_prepare(stock, chapters, small_db, profiles=False)
             for rep in range(args.repeat if args.stock_repeat is None else args.stock_repeat):
                 if args.small:
                     runs["stock_small_s"].append(stock_grade(stock, chapters, small_db, "submitted_small"))

@@ -43,13 +43,13 @@ def class_members(course: Course) -> dict:
 
 
 def make_course(dest: Path, expected_from: Course | None = None, members=None) -> Course:
-    """A course copy with the class's submissions in grading/submitted/ (and the cached reference table)."""
+    """A course copy with the class's submissions in grading/submitted/ (and the cached reference profile)."""
     course = REPO.copy_to(dest)
     (course.grading / "expected").mkdir(parents=True, exist_ok=True)
     if expected_from is None and "run" in _BASELINE:
         expected_from = _BASELINE["run"][0]
     source = expected_from.grading / "expected" if expected_from else REPO.grading / "expected"
-    for table in source.glob(f"*{CHAPTER}-*.json"):  # reference tables and engine profiles
+    for table in source.glob(f"*{CHAPTER}-*.json"):  # the reference profile
         shutil.copy(table, course.grading / "expected" / table.name)
     for student, nb in (members or class_members(course)).items():
         write(course, student, nb)

@@ -49,7 +49,7 @@ def pytest_collection_modifyitems(config, items):
             wrong.append(f"{item.nodeid}: {kinds or 'none'}")
         elif kinds[0] in ("notebooks", "sandbox"):
             # The caches must exist before any course copy is made (copies take what is there).
-            item.fixturenames[:0] = ["engine_profiles" if kinds[0] == "sandbox" else "stock_expected"]
+            item.fixturenames[:0] = ["engine_profiles"]
     if wrong:
         raise pytest.UsageError("every test needs exactly one of the markers " + ", ".join(KINDS)
                                 + ":\n  " + "\n  ".join(wrong))
@@ -61,9 +61,10 @@ def repo_root() -> Path:
 
 
 # -- one reference run per chapter per suite ------------------------------------------------------------------
-# Stock nbgrader's kernels look expected values up in grading/expected/<chapter>-<hash>.json and the engine in
-# grading/expected/isolation-<chapter>-<hash>.json (both keyed by the source's hash, git-ignored). Building them
-# once, in the repository, lets every throwaway course copy reuse them instead of re-running the reference.
+# The engine's reference profiles (grading/expected/isolation-<chapter>-<hash>.json, keyed by the source's hash,
+# git-ignored) are the one reference run: the engine decides from them and stock nbgrader's kernels look their
+# reference values up in them (attention_course.expected). Building them once, in the repository, lets every
+# throwaway course copy reuse them instead of re-running the reference.
 
 
 class _BuildLock:
@@ -82,49 +83,27 @@ class _BuildLock:
         self.fh.close()  # releases the lock
 
 
-def _build_in_parallel(fn, chapters):
+@pytest.fixture(scope="session")
+def engine_profiles():
+    """The reference profiles of every chapter, built once per suite (two warm engines, one per core)."""
     from concurrent.futures import ThreadPoolExecutor
 
-    with ThreadPoolExecutor(max_workers=2) as pool:  # the builds are subprocesses: two cores, two at a time
-        list(pool.map(fn, chapters))
-
-
-@pytest.fixture(scope="session")
-def stock_expected():
-    """The reference tables stock nbgrader's kernels read, built once for every chapter."""
-    from attention_course.expected import build_expected
     from autograder.course import Course
+    from autograder.isolation import GraderError, build_profiles
 
     course = Course()
-    with _BuildLock():
-        _build_in_parallel(lambda ch: build_expected(course.root, ch), course.chapters())
-    return course.grading / "expected"
-
-
-@pytest.fixture(scope="session")
-def engine_profiles(stock_expected):
-    """The engine's reference profiles, built once for every chapter (one warm engine)."""
-    from autograder.course import Course
-    from autograder.isolation import Engine
-
-    course = Course()
-
-    def build(chapters):  # one warm engine per core, each profiling every other chapter
-        with Engine(course.root) as engine:
-            missing = engine.missing_capabilities()
-            if missing:
-                pytest.fail(f"isolated grading is not available on this machine: missing {', '.join(missing)}")
-            for chapter in chapters:
-                engine.profile(chapter)
-
     with _BuildLock():
         chapters = course.chapters()
-        _build_in_parallel(build, [chapters[0::2], chapters[1::2]])
+        with ThreadPoolExecutor(max_workers=2) as pool:  # each engine profiles every other chapter
+            try:
+                list(pool.map(lambda part: build_profiles(course.root, part), [chapters[0::2], chapters[1::2]]))
+            except GraderError as exc:
+                pytest.fail(str(exc))
     return course.grading / "expected"
 
 
 def copy_reference_cache(course_root: Path) -> None:
-    """Give a throwaway course copy the repository's cached reference tables and profiles."""
+    """Give a throwaway course copy the repository's cached reference profiles."""
     import shutil
 
     src = ROOT / "grading" / "expected"

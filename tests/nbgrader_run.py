@@ -13,8 +13,8 @@ from autograder.course import Course
 
 
 def copy_course(tmp: Path) -> Course:
-    """A throwaway copy of the course with the cached reference tables (nbgrader's kernels look expected
-    values up instead of re-running the reference)."""
+    """A throwaway copy of the course with the cached reference profiles (nbgrader's kernels look reference
+    values up in them instead of re-running the reference)."""
     from .conftest import copy_reference_cache
 
     course = Course().copy_to(tmp)
