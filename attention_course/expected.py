@@ -22,6 +22,7 @@ from pathlib import Path
 from .cells import is_graded_run, is_graded_test, records_in
 from .encoding import decode
 
+
 def find_course_root(start: Path | None = None) -> Path | None:
     env = os.environ.get("ATTENTION_COURSE_ROOT")
     if env:

@@ -148,3 +148,27 @@ def test_sampled_mistake_loses_points(graded, chapter, mistake_id):
     messages = [failure_text(course, chapter, student, cell) for cell in mistake.fails]
     assert any(mistake.symptom.lower() in msg.lower() for msg in messages), (
         f"{mistake.what}: no failure message mentions {mistake.symptom!r}:\n" + "\n---\n".join(messages))
+
+
+@pytest.mark.sandbox
+def test_isolated_engine_agrees_with_stock_cell_by_cell(graded):
+    """The same notebooks (reference, blank and the packed sample of every chapter) get the same score in every
+    graded cell from our engine as from stock nbgrader. They decide differently (the engine takes expected values
+    from the reference profile, stock computes them in the learner's kernel), so a test whose expected value
+    calls another of the learner's functions would charge a mistake twice under one and once under the other:
+    chapter 2's ParametricNW visible test did, until it stopped calling the learner's nadaraya_watson."""
+    from autograder.isolation import Engine, Limits
+
+    first = graded[CHAPTERS[0]]  # every copy holds every chapter's solutions and reference profile
+    disagree = []
+    with Engine(first.root, Limits(cell_timeout_s=120, notebook_timeout_s=300, memory_mb=2048)) as engine:
+        for chapter in CHAPTERS:
+            course = graded[chapter]
+            for student in ["reference", "blank", *(f"mistakes-{i}" for i in range(len(PACKED[chapter])))]:
+                path = course.grading / "submitted" / student / chapter / f"{chapter}.ipynb"
+                ours = engine.grade(chapter, path, student)
+                assert ours["status"] == "graded", (chapter, student, ours["reason"])
+                stock = cell_scores(course, chapter, student)
+                disagree += [f"{chapter} {student} {cell}: stock {s}, engine {ours['cells'][cell]['score']}"
+                             for cell, (s, _) in stock.items() if ours["cells"][cell]["score"] != s]
+    assert not disagree, "\n".join(disagree)
