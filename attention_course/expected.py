@@ -57,7 +57,7 @@ def reference_cells(notebook: Path):
     return nb
 
 
-def execute_notebook(nb, env: dict, timeout: int = 600, allow_errors: bool = False, record_timing: bool = True):
+def execute_notebook(nb, env: dict, timeout: int = 600, record_timing: bool = True):
     """Run ``nb`` in place in a fresh kernel, in a scratch folder, with ``env`` set for the kernel."""
     from nbclient import NotebookClient
 
@@ -65,7 +65,7 @@ def execute_notebook(nb, env: dict, timeout: int = 600, allow_errors: bool = Fal
     os.environ.update(env)  # the kernel inherits this process's environment
     try:
         with tempfile.TemporaryDirectory() as scratch:
-            NotebookClient(nb, timeout=timeout, kernel_name="python3", allow_errors=allow_errors,
+            NotebookClient(nb, timeout=timeout, kernel_name="python3",
                            record_timing=record_timing, resources={"metadata": {"path": scratch}}).execute()
     finally:
         for k, v in saved.items():

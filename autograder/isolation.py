@@ -108,6 +108,11 @@ def profile_path(course: Course, chapter: str) -> Path:
     return course.grading / "expected" / f"isolation-{chapter}-{digest}.json"
 
 
+def _digest(path: Path) -> str:
+    """The digest a profile file is named by (and must carry inside)."""
+    return path.stem.rsplit("-", 1)[1]
+
+
 def cached_profile(course: Course, chapter: str, path: Path | None = None) -> dict | None:
     """The chapter's cached reference profile, or None when there is none for this source and engine."""
     path = path or profile_path(course, chapter)
@@ -115,7 +120,7 @@ def cached_profile(course: Course, chapter: str, path: Path | None = None) -> di
         prof = json.loads(path.read_text())
     except (OSError, ValueError):
         return None
-    return prof if prof.get("digest") == path.stem.rsplit("-", 1)[1] else None
+    return prof if prof.get("digest") == _digest(path) else None
 
 
 def reference_table(prof: dict) -> dict:
@@ -267,7 +272,7 @@ class Engine:
     def profile(self, chapter: str) -> dict:
         """The chapter's reference profile (built on first use, cached on disk and in memory)."""
         path = profile_path(self.course, chapter)
-        digest = path.stem.rsplit("-", 1)[1]
+        digest = _digest(path)
         cached = self._profiles.get(chapter)
         if cached and cached["digest"] == digest:
             return cached

@@ -11,8 +11,9 @@ with both, in two throwaway copies of the course, and
   the first ``--small`` learners.
 
 One-time, per-chapter preparation that both paths cache on disk (the reference profile: our engine decides
-from it, stock grading's kernels look reference values up in it) and registering the chapters in the gradebooks are done before the
-clocks start, and reported apart ("cold profile"). Also printed, from the same run:
+from it, stock grading's kernels look reference values up in it) and registering the chapters in the
+gradebooks are done before the clocks start, and reported apart ("cold profile"). Also printed, from the
+same run:
 
 - the no-op time: ``grade`` again with nothing to grade (it must start no worker);
 - the first-result latency: seconds from the start of ``grade`` (warm profile cache) to the first notebook

@@ -114,16 +114,25 @@ def copy_reference_cache(course_root: Path) -> None:
 
 
 @contextlib.contextmanager
-def course_with_engine(tmp_path_factory):
-    """A throwaway course copy (with the cached references) and one warm isolated engine on it, for a module
-    that grades many notebooks: yields (course, engine); fails where isolated grading is unavailable."""
-    from autograder.course import Course
+def engine_on(course):
+    """One warm isolated engine on ``course`` with the suite's grading limits; fails where isolated grading is
+    unavailable."""
     from autograder.isolation import Engine, Limits
 
-    course = Course().copy_to(tmp_path_factory.mktemp("course"))
-    copy_reference_cache(course.root)
     with Engine(course.root, Limits(cell_timeout_s=120, notebook_timeout_s=300, memory_mb=2048)) as engine:
         missing = engine.missing_capabilities()
         if missing:
             pytest.fail(f"isolated grading is not available on this machine: missing {', '.join(missing)}")
+        yield engine
+
+
+@contextlib.contextmanager
+def course_with_engine(tmp_path_factory):
+    """A throwaway course copy (with the cached references) and one warm isolated engine on it, for a module
+    that grades many notebooks: yields (course, engine)."""
+    from autograder.course import Course
+
+    course = Course().copy_to(tmp_path_factory.mktemp("course"))
+    copy_reference_cache(course.root)
+    with engine_on(course) as engine:
         yield course, engine

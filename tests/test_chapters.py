@@ -17,6 +17,7 @@ from autograder import submissions
 from autograder.course import Course
 
 from .cell_reach import reach as reach_of
+from .conftest import engine_on
 from .nbgrader_run import cell_scores, copy_course, failure_text, generate_assignment, run_nbgrader_batches
 
 COURSE = Course()
@@ -157,11 +158,9 @@ def test_isolated_engine_agrees_with_stock_cell_by_cell(graded):
     from the reference profile, stock computes them in the learner's kernel), so a test whose expected value
     calls another of the learner's functions would charge a mistake twice under one and once under the other:
     chapter 2's ParametricNW visible test did, until it stopped calling the learner's nadaraya_watson."""
-    from autograder.isolation import Engine, Limits
-
-    first = graded[CHAPTERS[0]]  # every copy holds every chapter's solutions and reference profile
     disagree = []
-    with Engine(first.root, Limits(cell_timeout_s=120, notebook_timeout_s=300, memory_mb=2048)) as engine:
+    # every copy holds every chapter's solutions and reference profile: one engine on the first grades them all
+    with engine_on(graded[CHAPTERS[0]]) as engine:
         for chapter in CHAPTERS:
             course = graded[chapter]
             for student in ["reference", "blank", *(f"mistakes-{i}" for i in range(len(PACKED[chapter])))]:
