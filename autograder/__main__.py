@@ -12,6 +12,10 @@
   account reaches) and ``--require LEVEL`` (refuse to grade below it); see docs/isolation.md.
 - ``profile [CHAPTER...] [--course ROOT]``: build the chapters' reference profiles (the one reference run,
   cached in ``grading/expected/``); ``grade`` and stock nbgrader's kernels build them on first use anyway.
+- ``kit --out DIR``: build the learner kit (releases with reference outputs, the ``attention_course`` wheel,
+  the self-check's reference outputs, requirements, a README; no solutions, hidden tests or grader).
+- ``mutants [CHAPTER...]``: the mutation score of every graded function's hidden tests.
+- ``similarity [CHAPTER...]``: submissions that look copied, from the gradebook's submitted notebooks.
 - ``nbgrader ARGS...``: run nbgrader with this course's configuration
   (e.g. ``nbgrader autograde 03_scoring_functions``).
 """
@@ -91,6 +95,11 @@ def main(argv: list[str]) -> int:
         from .export import main as export_main
 
         return export_main(rest)
+    # Each of these commands is owned by the module of the same name (its docstring says what it does).
+    if command in ("kit", "mutants", "similarity"):
+        import importlib
+
+        return importlib.import_module(f".{command}", __package__).main(rest)
     if command == "nbgrader":
         course = Course()
         return subprocess.call([sys.executable, "-m", "nbgrader", *rest], env=course.nbgrader_env(),
