@@ -3,9 +3,14 @@
 There is one reference run per chapter: the grading engine's *reference profile*
 (:meth:`autograder.isolation.Engine.profile`), which runs the setup, solution and graded test cells of
 ``solutions/<chapter>/<chapter>.ipynb`` in the sandbox, each test cell seeded as :class:`.checks.Checks` seeds it
-(:func:`.cells.cell_seed`), and caches every check's record under ``grading/expected/``. A ``matches_reference``
-check decided inside a kernel (stock ``nbgrader autograde``) looks its value up there (:func:`reference_value`);
-a missing profile is built on first use by ``python -m autograder profile`` in a separate interpreter.
+(:func:`.cells.cell_seed`), and caches every check's record in a profile file. A ``matches_reference`` check
+decided inside a kernel (stock ``nbgrader autograde``) looks its value up there (:func:`reference_value`).
+
+This module owns the profile *file format* (:func:`read_profile`, :func:`reference_table`; the grader reads its
+profiles with them too) but not where profiles live or when they are stale: that is the grader's business. The
+kernel asks the grader, by running its command ``python -m autograder profile CHAPTER --course ROOT`` (which
+builds the profile when missing and prints its path), so this package never imports ``autograder`` and ships
+alone in the learner kit. A learner's kernel has no grader and no solutions; a hidden check there says so.
 
 :func:`execute_reference` runs the same cells in a plain kernel on another device (``meta``, ``cuda``): the
 course's device audit (tests/test_devices.py) compares those runs with the profile; they never supply
@@ -13,6 +18,7 @@ expected values.
 """
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -91,21 +97,40 @@ def run_reference(notebook: Path, timeout: int = 600, device: str = "cpu") -> di
     return records_table(execute_reference(notebook, timeout, device))
 
 
-def load_expected(root: Path, chapter: str) -> dict:
-    """``{"cell/check": record}`` of the chapter's reference run, from its reference profile (built if missing)."""
-    from autograder.course import Course
-    from autograder.isolation import cached_profile, reference_table
+def profile_digest(path: Path) -> str:
+    """The digest a profile file is named by (``isolation-<chapter>-<digest>.json``) and must carry inside."""
+    return Path(path).stem.rsplit("-", 1)[1]
 
-    course = Course(root)
-    prof = cached_profile(course, chapter)
+
+def read_profile(path: Path) -> dict | None:
+    """The profile stored at ``path``, or None when it is missing, unreadable or not the file its name promises
+    (a half-written or renamed file carries another digest)."""
+    try:
+        prof = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return None
+    return prof if isinstance(prof, dict) and prof.get("digest") == profile_digest(path) else None
+
+
+def reference_table(prof: dict) -> dict:
+    """The profile's reference run (the grading seed) as ``{"cell/check": record}``: the reference values that
+    checks decided inside a kernel look up."""
+    return {c["key"]: {"cell": gid, "check": c["check"], "kind": c["kind"], "params": c["params"], "got": c["ref_got"]}
+            for gid, spec in prof["cells"].items() for c in spec["checks"]}
+
+
+def load_expected(root: Path, chapter: str) -> dict:
+    """``{"cell/check": record}`` of the chapter's reference run, from its reference profile.
+
+    The grader's command finds the profile for the current source (building it when missing, in its own
+    interpreter, so nothing of the calling kernel leaks into the reference run) and prints its path."""
+    done = subprocess.run([sys.executable, "-m", "autograder", "profile", chapter, "--course", str(root)],
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    printed = [line.strip() for line in done.stdout.splitlines() if line.strip().endswith(".json")]
+    prof = read_profile(Path(printed[-1])) if done.returncode == 0 and printed else None
     if prof is None:
-        # A separate interpreter, so nothing of the calling kernel leaks into the reference run.
-        done = subprocess.run([sys.executable, "-m", "autograder", "profile", chapter, "--course", str(course.root)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        prof = cached_profile(course, chapter)
-        if prof is None:
-            tail = "\n".join(done.stderr.strip().splitlines()[-15:])
-            raise RuntimeError(f"the reference run of {chapter} failed:\n{tail}")
+        tail = "\n".join((done.stderr.strip() or done.stdout.strip()).splitlines()[-15:])
+        raise RuntimeError(f"the reference run of {chapter} failed:\n{tail}")
     return reference_table(prof)
 
 

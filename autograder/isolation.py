@@ -66,9 +66,10 @@ import nbformat
 
 from attention_course.cells import (GRADING_SEED_BASE, RECORD_MIME, cell_seed, grade_id, graded_cells, is_graded_run,
                                     is_graded_test, is_solution, records_in)
+from attention_course.expected import profile_digest, read_profile, reference_table  # noqa: F401 - the file format's owner
 from attention_course.kinds import REGISTRY
 
-from . import intake, results, sandbox, structure, trusted
+from . import intake, memory_budget, results, sandbox, structure, trusted
 from .course import Course
 from .reinitialise import reinitialised
 from .trusted import feedback_html  # noqa: F401 - part of this module's interface
@@ -109,29 +110,24 @@ def profile_path(course: Course, chapter: str) -> Path:
 
 
 def _digest(path: Path) -> str:
-    """The digest a profile file is named by (and must carry inside)."""
-    return path.stem.rsplit("-", 1)[1]
+    """The digest a profile file is named by (and must carry inside): read as the file format's owner reads it."""
+    return profile_digest(path)
 
 
 def cached_profile(course: Course, chapter: str, path: Path | None = None) -> dict | None:
     """The chapter's cached reference profile, or None when there is none for this source and engine."""
-    path = path or profile_path(course, chapter)
-    try:
-        prof = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    return prof if prof.get("digest") == _digest(path) else None
-
-
-def reference_table(prof: dict) -> dict:
-    """The profile's reference run (the grading seed) as ``{"cell/check": record}``: the reference values that
-    checks decided inside a kernel look up (stock ``nbgrader autograde``; attention_course.expected)."""
-    return {c["key"]: {"cell": gid, "check": c["check"], "kind": c["kind"], "params": c["params"], "got": c["ref_got"]}
-            for gid, spec in prof["cells"].items() for c in spec["checks"]}
+    return read_profile(path or profile_path(course, chapter))
 
 
 def build_profiles(course_root: Path, chapters: list[str], limits: "Limits | None" = None) -> list[Path]:
-    """Build (or reuse) the reference profiles of ``chapters`` with one warm engine; returns their cache files."""
+    """Build (or reuse) the reference profiles of ``chapters`` with one warm engine; returns their cache files.
+
+    When every profile is cached no engine starts: stock nbgrader's kernels ask for the path of a profile through
+    ``python -m autograder profile`` (attention_course.expected.load_expected), once per notebook."""
+    course = Course(course_root)
+    paths = [profile_path(course, chapter) for chapter in chapters]
+    if all(cached_profile(course, chapter, path) is not None for chapter, path in zip(chapters, paths)):
+        return paths
     with Engine(course_root, limits or Limits()) as engine:
         missing = engine.missing_capabilities()
         if missing:
