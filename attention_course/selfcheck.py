@@ -79,6 +79,15 @@ def exercises(nb: dict) -> dict[str, str]:
     return found
 
 
+def _without_images(output: dict) -> dict:
+    """An output without its pictures: nbval compares a figure by its text only, and the pictures would make the
+    kit's wheel megabytes larger for nothing."""
+    data = output.get("data")
+    if not data:
+        return output
+    return {**output, "data": {k: v for k, v in data.items() if not k.startswith("image/")}}
+
+
 def chapter_of(nb: dict, path: Path) -> str:
     """The chapter a notebook belongs to: from the release's metadata (it survives renaming the file)."""
     source = nb.get("metadata", {}).get("attention_course", {}).get("generated_from", "")
@@ -91,7 +100,8 @@ def reference_outputs(release: dict) -> dict:
     cells = {}
     for cell in release["cells"]:
         if cell.get("cell_type") == "code" and cell.get("id"):
-            cells[cell["id"]] = {"outputs": cell.get("outputs", []), "execution_count": cell.get("execution_count"),
+            cells[cell["id"]] = {"outputs": [_without_images(o) for o in cell.get("outputs", [])],
+                                 "execution_count": cell.get("execution_count"),
                                  "metadata": {k: v for k, v in cell.get("metadata", {}).items() if k in ("tags",)},
                                  "exercise": where.get(cell["id"]), "first_line": _source(cell).split("\n", 1)[0]}
     return {"chapter": chapter_of(release, Path("release.ipynb")), "cells": cells}
