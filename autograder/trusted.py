@@ -66,7 +66,9 @@ from __future__ import annotations
 
 import ast
 import html
+import json
 import re
+from pathlib import Path
 
 from attention_course.encoding import PYTHON_NAMES, decode, validate
 from attention_course.kinds import REGISTRY, decide
@@ -448,6 +450,9 @@ def _shown_strings(source: str) -> list[str]:
     return sorted(out, key=len, reverse=True)
 
 
+NOT_IMPLEMENTED = "not implemented yet: the function this test calls still raises NotImplementedError"
+
+
 def decide_cell(spec: dict, records: list[dict], error: dict | None, grade_id: str,
                 cell_timeout_s: float | None = None) -> tuple[bool, list[str]]:
     """Decide one graded test cell. ``spec`` is the cell's entry of the reference profile."""
@@ -461,14 +466,17 @@ def decide_cell(spec: dict, records: list[dict], error: dict | None, grade_id: s
         counts[key] = counts.get(key, 0) + 1
         by_key.setdefault(key, rec)
     failures: list[str] = []
+    stopped = 0  # checks an error stopped before they ran
     for n, chk in enumerate(spec["checks"], start=1):
         key, kind = chk["key"], chk["kind"]
         label = f"hidden check {n}" if hidden else chk["check"]
         count = counts.get(key, 0)
         if count == 0:
-            failures.append(f"{label}: did not run (an earlier error stopped the cell)" if error is not None else
-                            f"{label}: no result recorded by the test itself (the notebook replaced the grader's "
-                            "recorder?)")
+            if error is not None:  # said once below: one line per check buried the error that stopped them
+                stopped += 1
+            else:
+                failures.append(f"{label}: no result recorded by the test itself (the notebook replaced the grader's "
+                                "recorder?)")
             continue
         if count > 1:
             failures.append(f"{label}: recorded {count} times; the notebook emitted a fake check record")
@@ -496,6 +504,8 @@ def decide_cell(spec: dict, records: list[dict], error: dict | None, grade_id: s
         if ename == "CellTimeout":
             limit = f" within {cell_timeout_s:g} s" if cell_timeout_s else " in time"
             messages.append(f"the cell did not finish{limit} and was interrupted")
+        elif ename == "NotImplementedError":  # a blank exercise: the learner's first thing to do, said plainly
+            messages.append(NOT_IMPLEMENTED)
         elif hidden:
             messages.append(f"the cell stopped with {ename} while running the hidden tests")
         else:  # the message is the learner's process's text: it stays in the learner's own notebook
@@ -507,6 +517,8 @@ def decide_cell(spec: dict, records: list[dict], error: dict | None, grade_id: s
             merged.setdefault(msg, []).append(label.removeprefix("hidden check "))
         failures = [f"hidden check{'s' if len(ns) > 1 else ''} {', '.join(ns)}: {msg}" for msg, ns in merged.items()]
     messages.extend(failures)
+    if stopped:
+        messages.append(f"{stopped} check{'s' if stopped > 1 else ''} did not run (the error stopped the cell)")
     passed = error is None and not failures
     return passed, messages
 
@@ -551,6 +563,52 @@ def _public_message(message: str) -> str:
     return message
 
 
+def exercise_names(chapter: str, course_root: Path | None = None) -> dict[str, str]:
+    """``{grade_id: "Exercise 1: `masked_softmax`"}`` for the chapter's graded test cells, read from the course's
+    own source notebook (the course's text, never the learner's copy of it); empty when there is none."""
+    from attention_course.cells import grade_id, is_graded_test
+    from attention_course.selfcheck import exercises
+
+    from .course import Course
+
+    try:
+        path = (Course(course_root) if course_root else Course()).source_notebook(str(chapter))
+        nb = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    where = exercises(nb)
+    return {grade_id(c): where[c["id"]] for c in nb["cells"] if is_graded_test(c) and c.get("id") in where}
+
+
+def _exercise_html(text: str) -> str:
+    return re.sub(r"`([^`]+)`", r"<code>\1</code>", html.escape(text))
+
+
+def _lead(result: dict, names: dict[str, str]) -> list[str]:
+    """What to fix first, before the table: the first failed test's exercise and symptom, and every exercise still
+    blank named once (a blank notebook used to list one 'did not run' line per check, dozens of them)."""
+    failed = [(gid, cell) for gid, cell in (result.get("cells") or {}).items() if not cell.get("passed")]
+    if not failed or result.get("status") == "failed":
+        return []
+    blank = []
+    for gid, cell in failed:
+        if NOT_IMPLEMENTED in cell.get("messages", []):
+            name = names.get(gid, f"the exercise tested by {gid}")
+            if name not in blank:
+                blank.append(name)
+    gid, cell = failed[0]
+    where = _exercise_html(names[gid]) if gid in names else f"the test <code>{html.escape(str(gid))}</code>"
+    if NOT_IMPLEMENTED in cell.get("messages", []):
+        symptom = "not implemented yet"
+    else:
+        symptom = html.escape(_public_message(next(iter(cell.get("messages", [])), "failed")))
+    parts = [f"<p class='first-fix'><strong>Fix first:</strong> {where}: {symptom}</p>"]
+    if blank:
+        parts.append("<p class='not-implemented'><strong>Not implemented yet</strong> (the function still raises "
+                     "NotImplementedError): " + "; ".join(map(_exercise_html, blank)) + "</p>")
+    return parts
+
+
 def feedback_html(result: dict) -> str:
     """One learner's feedback as a self-contained HTML fragment: per graded cell points, pass/fail and the
     symptom messages. Every text in it is the grader's own (verdict symptoms, authors' hints, Python's own
@@ -571,12 +629,18 @@ def feedback_html(result: dict) -> str:
         parts.append("<p>Changes the grader made to your notebook:</p><ul class='flags'>")
         parts.extend(f"<li>{esc(str(f))}</li>" for f in result["flags"])
         parts.append("</ul>")
+    names = exercise_names(result.get("chapter", ""))
+    parts.extend(_lead(result, names))
     parts.append("<table><thead><tr><th>test</th><th>result</th><th>points</th><th>what to look at</th></tr>"
                  "</thead><tbody>")
     for gid, cell in (result.get("cells") or {}).items():
         ok = bool(cell.get("passed"))
-        msgs = "".join(f"<li>{esc(_public_message(m))}</li>" for m in cell.get("messages", []))
-        parts.append(f"<tr class='{'pass' if ok else 'fail'}'><td><code>{esc(str(gid))}</code></td>"
+        messages = cell.get("messages", [])
+        if NOT_IMPLEMENTED in messages:  # named once, above the table; its stopped checks say nothing more
+            messages = ["the exercise is in the 'not implemented yet' list above"]
+        msgs = "".join(f"<li>{esc(_public_message(m))}</li>" for m in messages)
+        exercise = f"<br>{_exercise_html(names[gid])}" if gid in names else ""
+        parts.append(f"<tr class='{'pass' if ok else 'fail'}'><td><code>{esc(str(gid))}</code>{exercise}</td>"
                      f"<td>{'passed' if ok else 'failed'}</td>"
                      f"<td>{cell.get('score', 0):g} / {cell.get('max_score', 0):g}</td>"
                      f"<td>{'<ul>' + msgs + '</ul>' if msgs else ''}</td></tr>")
