@@ -28,7 +28,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .cells import is_solution
+from .cells import is_graded_test, is_solution
 
 PACKAGED_REFERENCE = Path(__file__).resolve().parent / "reference"
 _EXERCISE = re.compile(r"^#+\s*(Exercise\s+\d+\b.*?)\s*(?:\(\s*\d+(?:\.\d+)?\s*points?\s*\))?\s*$", re.M)
@@ -53,29 +53,32 @@ def _names(code: str, defined: bool) -> list[str]:
 def exercises(nb: dict) -> dict[str, str]:
     """``{cell id: the exercise to look at}`` for every code cell after the first exercise heading.
 
-    A cell that uses functions written in exercises points at those exercises (the demo that draws
-    ``masked_softmax``'s weights points at Exercise 1 even when it sits under a later heading); any other cell
-    points at the exercise whose section it is in."""
-    current, written, found = None, {}, {}
+    A solution or graded test cell belongs to the exercise whose section it is in. Any other cell that uses
+    functions written in exercises points at those exercises, in the notebook's order (the demo that draws
+    ``masked_softmax``'s weights points at Exercise 1 even when it sits under a later heading); the rest point at
+    the exercise whose section they are in."""
+    current, written, found, order = None, {}, {}, []
     for cell in nb["cells"]:
         if cell.get("cell_type") == "markdown":
             headings = _EXERCISE.findall(_source(cell))
             if headings:
                 current = headings[-1].strip()
+                order.append(current)
             continue
-        if cell.get("cell_type") != "code":
+        if cell.get("cell_type") != "code" or not cell.get("id"):
             continue
-        if is_solution(cell) and current:
-            for name in _names(_source(cell), defined=True):
-                written.setdefault(name, current)
-        used = []
-        for name in _names(_source(cell), defined=False):
-            if name in written and written[name] not in used:
-                used.append(written[name])
-        if not used and current:
-            used = [current]
-        if used and cell.get("id"):
-            found[cell["id"]] = "; ".join(used)
+        if is_solution(cell) or is_graded_test(cell):
+            if current:
+                found[cell["id"]] = current
+                if is_solution(cell):
+                    for name in _names(_source(cell), defined=True):
+                        written.setdefault(name, current)
+            continue
+        used = {written[name] for name in _names(_source(cell), defined=False) if name in written}
+        if used:
+            found[cell["id"]] = "; ".join(e for e in order if e in used)
+        elif current:
+            found[cell["id"]] = current
     return found
 
 
