@@ -1,7 +1,21 @@
 #!/usr/bin/env bash
 # README command 1: install everything, then build the book offline into _build/html (warnings are errors).
+# `bash scripts/build_book.sh --mathjax` only installs MathJax (the test suite's book tests build the book
+# themselves). MathJax is the one thing that needs Node.js/npm, and only the book needs it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+install_mathjax() {
+  # MathJax, vendored for offline math (see _config.yml).
+  if [ ! -f node_modules/mathjax/es5/tex-chtml.js ]; then
+    command -v npm >/dev/null || { echo "building the book needs Node.js/npm (for MathJax)" >&2; exit 1; }
+    npm ci --no-audit --no-fund --silent
+  fi
+}
+if [ "${1:-}" = "--mathjax" ]; then
+  install_mathjax
+  exit 0
+fi
 bash scripts/install.sh
+install_mathjax
 .venv/bin/jupyter-book build . -W --keep-going
 echo "Book built: $(pwd)/_build/html/index.html"
