@@ -1,0 +1,163 @@
+"""The mutation score (issue 26): the generator makes the realistic slips it names, each mutant is valid Python
+changed in exactly one place, and a fixed, seeded sample of every chapter's mutants loses points under the
+isolated engine (or is a documented equivalent). The whole run is ``python -m autograder mutants`` (its
+figures are in docs/mutants.md); this file keeps it honest in the suite.
+"""
+from __future__ import annotations
+
+import ast
+
+import pytest
+
+from autograder import mutants
+from autograder.course import Course
+
+COURSE = Course()
+CHAPTERS = COURSE.chapters()
+
+
+def changes(source: str) -> set[tuple[str, str, str]]:
+    """{(operator, before, after)} of every mutant of ``source``."""
+    return {(m.operator, m.before, m.after) for m in mutants.mutate_source(source)}
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("source,expected", [
+    ("y = a + b * c", {("arith", "a + b * c", "a - b * c"), ("arith", "b * c", "b / c")}),
+    ("y = q @ k", {("arith", "q @ k", "q * k")}),
+    ("y = a < b", {("compare", "a < b", "a <= b")}),
+    ("y = x if m is None else z", {("compare", "m is None", "m is not None")}),
+    ("y = x[:n]", {("bounds", ":n", ":n + 1")}),
+    ("y = x[1:-1]", {("bounds", "1:-1", "2:-1"), ("bounds", "1:-1", "1:-2")}),
+    ("for i in range(n):\n    pass", {("bounds", "range(n)", "range(n + 1)")}),
+    ("y = torch.tril(m)", {("bounds", "torch.tril(m)", "torch.tril(m, diagonal=1)"),
+                           ("bounds", "torch.tril(m)", "torch.tril(m, diagonal=-1)")}),
+    ("y = m.triu(diagonal=1)", {("bounds", "m.triu(diagonal=1)", "m.triu(diagonal=2)"),
+                                ("bounds", "m.triu(diagonal=1)", "m.triu(diagonal=0)")}),
+    ("y = local(x, window=w)", {("bounds", "local(x, window=w)", "local(x, window=w + 1)"),
+                                ("bounds", "local(x, window=w)", "local(x, window=w - 1)")}),
+    ("y = x.softmax(dim=-1)", {("dim", "x.softmax(dim=-1)", "x.softmax(dim=-2)")}),
+    ("y = x.sum(0)", {("dim", "x.sum(0)", "x.sum(1)")}),
+    ("n = x.shape[-1]", {("dim", "x.shape[-1]", "x.shape[-2]")}),
+    ("y = x.transpose(-2, -1)", {("drop", "x.transpose(-2, -1)", "x")}),  # its dims swapped: the same call
+    ("y = s.masked_fill(m, float('-inf'))", {("constant", "float('-inf')", "0.0"),
+                                            ("drop", "s.masked_fill(m, float('-inf'))", "s"),
+                                            ("swap", "s.masked_fill(m, float('-inf'))",
+                                             "s.masked_fill(float('-inf'), m)")}),
+    ("y = x + 1e-06", {("arith", "x + 1e-06", "x - 1e-06"), ("constant", "1e-06", "0.0")}),
+    ("y = 0.5 * x", {("arith", "0.5 * x", "0.5 / x"), ("constant", "0.5", "1.0")}),
+    ("k = 0", {("constant", "0", "1")}),
+    ("y = s / math.sqrt(d)", {("arith", "s / math.sqrt(d)", "s * math.sqrt(d)"),
+                              ("scale", "s / math.sqrt(d)", "s")}),
+    ("y = x.contiguous()", {("drop", "x.contiguous()", "x")}),
+    ("y = x.to(device)", {("drop-device", "x.to(device)", "x")}),
+    ("y = F.dropout(x, p, training=self.training)",
+     {("drop", "F.dropout(x, p, training=self.training)", "x"),
+      ("drop", "F.dropout(x, p, training=self.training)", "F.dropout(x, p)"),
+      ("swap", "F.dropout(x, p, training=self.training)", "F.dropout(p, x, training=self.training)")}),
+    ("y = torch.maximum(a, b)", set()),  # symmetric: swapping its arguments changes nothing
+])
+def test_each_operator_makes_its_slip(source, expected):
+    assert changes(source) == expected
+
+
+@pytest.mark.unit
+def test_no_grad_is_dropped_from_a_block_and_a_decorator():
+    block = "def f(m, x):\n    with torch.no_grad():\n        y = m(x)\n    return y\n"
+    (only,) = mutants.mutate_source(block)
+    assert (only.operator, only.function) == ("drop", "f")
+    assert "no_grad" not in only.source and "y = m(x)" in only.source
+    decorated = "@torch.no_grad()\ndef g(m, x):\n    return m(x)\n"
+    (only,) = mutants.mutate_source(decorated)
+    assert only.operator == "drop" and only.source == "def g(m, x):\n    return m(x)\n"
+
+
+@pytest.mark.unit
+def test_a_mask_or_scale_line_is_deleted_but_a_first_assignment_is_not():
+    source = "def f(s, m, d):\n    w = s\n    w = w.masked_fill(m, 0)\n    w /= d\n    return w\n"
+    deleted = {m.before for m in mutants.mutate_source(source) if m.operator == "delete"}
+    assert deleted == {"w = w.masked_fill(m, 0)", "w /= d"}
+
+
+@pytest.mark.unit
+def test_only_solution_code_is_mutated_and_guards_docstrings_and_comments_are_kept():
+    source = ('def f(x, n):\n    """Doc: 1 + 2."""\n    k = n + 1\n    ### BEGIN SOLUTION\n'
+              '    if x.dim() < 2:\n        raise ValueError("x < 2")\n'
+              '    return x[:k] * 2.0  # the comment stays\n    ### END SOLUTION\n')
+    found = mutants.mutate_source(source, "ch", "cell")
+    assert {m.line for m in found} == {7}, "only the solution line, not the guard, docstring or the setup line"
+    for m in found:
+        assert "# the comment stays" in m.source and '"""Doc: 1 + 2."""' in m.source
+        assert (m.chapter, m.cell, m.function) == ("ch", "cell", "f")
+        body = m.diff().splitlines()[2:]  # below the two file headers
+        assert sum(x.startswith("-") for x in body) == 1 and sum(x.startswith("+") for x in body) == 1
+
+
+@pytest.mark.unit
+def test_methods_are_attributed_to_their_class():
+    source = "class A:\n    def forward(self, x):\n        return x + 1\n"
+    assert {m.function for m in mutants.mutate_source(source)} == {"A.forward"}
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_every_mutant_of_a_chapter_compiles_and_changes_one_node(chapter):
+    found = mutants.generate(COURSE, chapter)
+    assert found, f"{chapter} has no mutant"
+    assert len({m.id for m in found}) == len(found), "mutant ids must be unique"
+    for m in found:
+        compile(m.source, m.id, "exec")
+        assert m.source != m.reference and ast.dump(ast.parse(m.source)) != ast.dump(ast.parse(m.reference))
+        assert m.operator in mutants.OPERATORS or m.operator == "drop-device"
+
+
+def _m(cell: str, function: str = "f", source: str = "x = 1", operator: str = "arith") -> mutants.Mutant:
+    return mutants.Mutant("ch", cell, function, operator, 1, "a", "b", source, "x = 0")
+
+
+@pytest.mark.unit
+def test_equivalents_are_not_counted_as_survivors(monkeypatch):
+    kept, alike, device = _m("c", source="x = 2"), _m("c", source="x = 3"), _m("c", source="x = 4",
+                                                                               operator="drop-device")
+    monkeypatch.setitem(mutants.EQUIVALENT, alike.id, "no output can differ: proven in the test")
+    graded = {kept.id: {"status": "killed"}, alike.id: {"status": "survived"}}
+    verdicts = mutants.classified([kept, alike, device], graded)
+    assert [verdicts[m.id]["status"] for m in (kept, alike, device)] == ["killed", "equivalent", "equivalent"]
+    row = mutants.tally([kept, alike, device], verdicts)[("c", "f")]
+    assert row == {"mutants": 3, "killed": 1, "survived": 0, "equivalent": 2}
+    assert mutants.score(row) == 1.0
+    with pytest.raises(ValueError, match="documented as equivalent but loses points"):
+        mutants.classified([alike], {alike.id: {"status": "killed"}})
+
+
+@pytest.mark.unit
+def test_packing_keeps_mutants_of_one_cell_or_of_cells_that_reach_each_other_apart():
+    a1, a2, b1, c1 = _m("a", source="x = 2"), _m("a", source="x = 3"), _m("b"), _m("c")
+    own = {"a": ["ta"], "b": ["tb"], "c": ["tc"]}
+    reach = {"ta": {"a"}, "tb": {"b"}, "tc": {"c", "a"}}  # c's tests call a's code
+    bins = mutants.pack([a1, a2, b1, c1], own, reach)
+    assert sorted(m.source for b in bins for m in b) == sorted(m.source for m in (a1, a2, b1, c1))
+    for b in bins:
+        cells = [m.cell for m in b]
+        assert len(cells) == len(set(cells))
+        assert not {"a", "c"} <= set(cells)
+    assert len(bins) == 3  # a's two mutants and c's never share: b rides along with one of them
+
+
+# -- the seeded sample, graded ------------------------------------------------------------------------------
+SEED = 26
+PER_CHAPTER = 3
+
+
+@pytest.mark.sandbox
+@pytest.mark.timeout(300)
+def test_a_seeded_sample_of_every_chapters_mutants_loses_points(tmp_path_factory):
+    from .conftest import course_with_engine
+
+    with course_with_engine(tmp_path_factory) as (course, engine):
+        for chapter in CHAPTERS:
+            picked = mutants.sample(mutants.generate(course, chapter), PER_CHAPTER, SEED)
+            verdicts = mutants.classified(picked, mutants.grade_mutants(course, chapter, picked, engine,
+                                                                        log=lambda _: None))
+            alive = [m.diff() for m in picked if verdicts[m.id]["status"] == "survived"]
+            assert not alive, f"{chapter}: mutants that keep full marks:\n" + "\n".join(alive)
