@@ -679,12 +679,19 @@ def _write_atomic_bytes(path: Path, data: bytes) -> None:
 
 
 def write_outputs(course: Course, result: dict, summary: Summary | None = None) -> None:
-    """The executed notebook (for formgrader) and the learner's feedback page."""
+    """The executed notebook (for formgrader) and the learner's feedback page.
+
+    The notebook is written only through safe_output.safe_notebook: formgrader renders it in the instructor's
+    Jupyter session, so nothing the learner wrote or their kernel produced may be active there (issue 24)."""
+    from . import safe_output
+
     student, chapter = result["student"], result["chapter"]
     t0 = time.perf_counter()
     if result.get("executed_notebook"):
+        known = safe_output.chapter_texts(course.source_notebook(chapter), course.release_notebook(chapter))
         _write_atomic(course.grading / "autograded" / student / chapter / f"{chapter}.ipynb",
-                      json.dumps(result["executed_notebook"], indent=1, ensure_ascii=False))
+                      json.dumps(safe_output.safe_notebook(result["executed_notebook"], known), indent=1,
+                                 ensure_ascii=False))
     t1 = time.perf_counter()
     page = result.pop("feedback_html", None)  # rendered by the worker
     if page is None:

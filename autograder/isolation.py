@@ -486,28 +486,24 @@ class Engine:
 
 
 def _clean_output(o) -> dict | None:
-    """One output from the kernel in valid nbformat shape, or None (the kernel's report may be forged)."""
+    """One output from the kernel in valid nbformat shape, or None (the kernel's report may be forged), with
+    nothing a front-end would run: safe_output's policy (text, our check records, validated raster images)."""
+    from . import safe_output  # the policy's one owner (the feedback page, the report and batch use it too)
+
     if not isinstance(o, dict):
         return None
     kind = o.get("output_type")
     if kind == "stream":
         if o.get("name") in ("stdout", "stderr") and isinstance(o.get("text"), str):
-            return {"output_type": "stream", "name": o["name"], "text": o["text"]}
+            return safe_output.safe_output(o)
         return None
     if kind in ("display_data", "execute_result"):
         data = o.get("data")
         if not isinstance(data, dict) or not all(isinstance(k, str) for k in data):
             return None
-        out = {"output_type": kind, "data": data,
-               "metadata": o["metadata"] if isinstance(o.get("metadata"), dict) else {}}
-        if kind == "execute_result":
-            ec = o.get("execution_count")
-            out["execution_count"] = ec if isinstance(ec, int) and not isinstance(ec, bool) else None
-        return out
+        return safe_output.safe_output(o)
     if kind == "error":
-        tb = o.get("traceback") if isinstance(o.get("traceback"), list) else []
-        return {"output_type": "error", "ename": str(o.get("ename", "Error")), "evalue": str(o.get("evalue", "")),
-                "traceback": [str(line) for line in tb]}
+        return safe_output.safe_output(o)
     return None
 
 

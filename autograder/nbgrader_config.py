@@ -29,3 +29,9 @@ c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedE
 
 # Generous limits for stock autograde; our isolated grader sets its own.
 c.ExecutePreprocessor.timeout = 300
+
+# Defence in depth behind autograder/safe_output.py (which already strips every active output from the
+# autograded notebooks): nbconvert's HTML exporter, as formgrader and generate_feedback use it, runs cell
+# outputs through its HTML sanitiser. Formgrader's own pages need inline scripts, so no script-blocking
+# Content-Security-Policy can be served for them; the sanitised notebook is what keeps them inert.
+c.HTMLExporter.sanitize_html = True

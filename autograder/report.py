@@ -327,7 +327,9 @@ def render(course: Course, rows: list[dict], failures: list[dict] | None = None)
              "td,th{border:1px solid #ccc;padding:3px 8px;text-align:left;vertical-align:top;font-size:13px}"
              "th{background:#f0f0f0}.n{color:#888}.fig{overflow-x:auto}.fig img{display:block;margin:0 0 1em}"
              "pre{white-space:pre-wrap;margin:0}")
-    return ("<!DOCTYPE html><html><head><meta charset='utf-8'><title>Class report</title>"
+    from .safe_output import CSP_META  # no script, no remote resource (issue 24)
+
+    return (f"<!DOCTYPE html><html><head><meta charset='utf-8'>{CSP_META}<title>Class report</title>"
             f"<style>{style}</style></head><body>" + "\n".join(parts) + "</body></html>")
 
 

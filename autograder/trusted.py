@@ -615,8 +615,12 @@ def feedback_html(result: dict) -> str:
     exception names, the reasons of ``_PUBLIC_REASONS``, the flags of the intake and the structure repair,
     which describe the submitted file): nothing the learner's process printed, raised or recorded as text,
     so nothing it read from a hidden test while it ran, however encoded."""
+    from .safe_output import CSP_META  # the one Content-Security-Policy of the pages the grader writes
+
     esc = html.escape
-    parts = ["<div class='attention-course-feedback'>",
+    # A whole page with a head, so the browser applies the policy: no script, no remote resource (issue 24).
+    parts = [f"<!DOCTYPE html><html><head><meta charset='utf-8'>{CSP_META}<title>Feedback</title></head><body>",
+             "<div class='attention-course-feedback'>",
              f"<h2>{esc(str(result.get('chapter', '')))}: {result.get('score', 0):g} / "
              f"{result.get('max_score', 0):g} points</h2>"]
     if result.get("status") == "failed":  # the grader's own trouble: its details are for the instructor
@@ -644,5 +648,5 @@ def feedback_html(result: dict) -> str:
                      f"<td>{'passed' if ok else 'failed'}</td>"
                      f"<td>{cell.get('score', 0):g} / {cell.get('max_score', 0):g}</td>"
                      f"<td>{'<ul>' + msgs + '</ul>' if msgs else ''}</td></tr>")
-    parts.append("</tbody></table></div>")
+    parts.append("</tbody></table></div></body></html>")
     return "\n".join(parts)
