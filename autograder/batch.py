@@ -24,7 +24,6 @@ and started again finishes the job; ``--force`` regrades everything.
 from __future__ import annotations
 
 import argparse
-import csv
 import ctypes
 import hashlib
 import importlib
@@ -35,6 +34,7 @@ import multiprocessing as mp
 import multiprocessing.connection
 import os
 import signal
+import stat
 import sys
 import tempfile
 import threading
@@ -43,8 +43,9 @@ import traceback
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from . import results
+from . import learner_files, results
 from .course import Course
+from .learner_files import EXCHANGE_FILES  # noqa: F401 - importable where it used to live
 
 ENGINE_MODULE = "autograder.isolation"
 # One BLAS/OpenMP thread per notebook: scores do not depend on the worker count, and N workers do not
@@ -60,32 +61,76 @@ def engine_module_name() -> str:
 # ----------------------------------------------------------------------------------------------------
 # Submissions and resume keys
 # ----------------------------------------------------------------------------------------------------
+NOTHING_SUBMITTED = "no notebook submitted"
+
+
 @dataclass
 class Task:
-    student: str
+    student: str  # the recorded id (learner_files.student_id of the folder's name)
     chapter: str
     path: str  # the submitted notebook
     key: str = ""
-    timestamp: str | None = None
+    timestamp: str | None = None  # the submission time, when timestamp.txt holds one
+    refusal: str | None = None  # not graded: zero with this reason (nothing submitted, not a regular file...)
+    flags: list = field(default_factory=list)  # what discovery found wrong with the folder (learner_files)
+    folder_digest: str = ""  # the folder's exchange files and findings, for the resume key
+    exchange: dict = field(default_factory=dict)  # valid exchange files, copied beside the feedback page
 
 
-def discover(submitted: Path, chapters: list[str]) -> list[Task]:
-    """Every <student>/<chapter>/ folder: its <chapter>.ipynb, else its only notebook (graded as given)."""
-    tasks = []
+def discover(submitted: Path, chapters: list[str], course_files: set | None = None, warn=None) -> list[Task]:
+    """Every <student>/<chapter>/ folder: its <chapter>.ipynb, else its only notebook (graded as given).
+
+    Learners control every name and file here (issue 24): nothing is followed (``lstat`` only, see
+    autograder/learner_files.py), folder names become ids with :func:`learner_files.student_id`, and what is
+    wrong with a folder becomes the task's refusal or flags, never an exception. ``course_files``: (device,
+    inode) of the course's own files, whose hard links are refused."""
+    tasks: list[Task] = []
     if not submitted.is_dir():
         return tasks
-    for student_dir in sorted(p for p in submitted.iterdir() if p.is_dir() and not p.name.startswith(".")):
+    try:
+        students = sorted(os.scandir(os.fsencode(submitted)), key=lambda e: e.name)
+    except OSError:
+        return tasks
+    ids = learner_files.unique_ids([e.name for e in students])
+    for entry in students:
+        if entry.name.startswith(b"."):
+            continue
+        student, id_flags = ids[entry.name]
+        student_path = Path(os.fsdecode(entry.path))
+        try:
+            st = os.lstat(student_path)
+        except OSError:
+            continue
+        if stat.S_ISLNK(st.st_mode):  # collect makes real folders; a link here would be followed into anything
+            if warn:
+                warn(f"skipped {student}: the submission folder is a symbolic link (not followed)")
+            continue
+        if not stat.S_ISDIR(st.st_mode):
+            continue
         for chapter in chapters:
-            folder = student_dir / chapter
-            if not folder.is_dir():
-                continue
+            folder = student_path / chapter
             path = folder / f"{chapter}.ipynb"
-            if not path.is_file():
-                found = sorted(p for p in folder.glob("*.ipynb") if p.is_file())
-                path = found[0] if found else path
-            stamp = folder / "timestamp.txt"
-            tasks.append(Task(student_dir.name, chapter, str(path),
-                              timestamp=stamp.read_text().strip() if stamp.is_file() else None))
+            try:
+                st = os.lstat(folder)
+            except OSError:
+                continue
+            if stat.S_ISLNK(st.st_mode):
+                tasks.append(Task(student, chapter, str(path), flags=list(id_flags),
+                                  refusal="the submission folder is a symbolic link, not a folder: refused"))
+                continue
+            if not stat.S_ISDIR(st.st_mode):
+                continue
+            if not os.path.lexists(path):
+                try:
+                    found = sorted(e.name for e in os.scandir(folder) if e.name.endswith(".ipynb"))
+                except OSError:
+                    found = []
+                path = folder / found[0] if found else path
+            seen = learner_files.inspect_folder(folder, path, course_files or set())
+            refusal = seen.refusal or (None if os.path.lexists(path) else NOTHING_SUBMITTED)
+            tasks.append(Task(student, chapter, str(path), timestamp=seen.timestamp, refusal=refusal,
+                              flags=id_flags + seen.flags, folder_digest=seen.digest().hex(),
+                              exchange=dict(seen.exchange)))
     return tasks
 
 
@@ -119,11 +164,25 @@ def grading_code_hash() -> str:
                   + b"\0" + p.read_bytes() for p in grading_sources()))
 
 
-def submission_key(task: Task, source_bytes: bytes, code_hash: str, limits_repr: str) -> str:
-    path = Path(task.path)
-    content = path.read_bytes() if path.is_file() else b"<missing>"
-    return _sha(b"attention-course-grade-v1", code_hash.encode(), limits_repr.encode(), task.chapter.encode(),
-                path.name.encode(), source_bytes, content)[:40]
+def submission_bytes(task: Task) -> bytes | None:
+    """The submitted notebook's bytes (bounded, never through a link), or None when there is none to grade."""
+    from .intake import MAX_NOTEBOOK_BYTES
+
+    if task.refusal:
+        return None
+    try:
+        return learner_files.read_bounded(task.path, MAX_NOTEBOOK_BYTES)
+    except learner_files.NotReadable:
+        return None  # too large or unreadable: the engine gives the reason
+
+
+def submission_key(task: Task, source_bytes: bytes, code_hash: str, limits_repr: str,
+                   content: bytes | None = None) -> str:
+    if content is None:
+        content = submission_bytes(task)
+    return _sha(b"attention-course-grade-v2", code_hash.encode(), limits_repr.encode(), task.chapter.encode(),
+                os.fsencode(Path(task.path).name), source_bytes,
+                b"<missing>" if content is None else content, task.folder_digest.encode())[:40]
 
 
 def recorded_keys(db_url: str) -> dict[tuple[str, str], str] | None:
@@ -185,7 +244,11 @@ def failed_result(task: Task, reason: str) -> dict:
 
 
 def missing_result(task: Task, max_score: float) -> dict:
-    return results.new(task.student, task.chapter, "zero", "no notebook submitted", max_score)
+    """The zero of a task that is not graded (nothing submitted, or refused: task.refusal says why)."""
+    result = results.new(task.student, task.chapter, "zero", task.refusal or NOTHING_SUBMITTED, max_score)
+    if task.refusal and task.refusal != NOTHING_SUBMITTED:
+        result["flags"] = [task.refusal]  # refused, not merely missing: the instructor should look
+    return result
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -606,8 +669,7 @@ class DaskBackend:
         bundle = client.scatter(self.bundle(), broadcast=True, hash=False)
         futures = {}
         for task in tasks:
-            path = Path(task.path)
-            payload = path.read_bytes() if path.is_file() else None
+            payload = submission_bytes(task)
             fut = client.submit(grade_on_dask_worker, bundle, asdict(task), payload, *self.args,
                                 pure=False, retries=1, key=f"grade-{task.student}-{task.chapter}-{task.key[:12]}")
             futures[fut] = task
@@ -704,25 +766,29 @@ def write_outputs(course: Course, result: dict, summary: Summary | None = None) 
         summary.add_stage("feedback write", time.perf_counter() - t1)
 
 
-# The exchange's bookkeeping that nbgrader's collect leaves beside a submission, and its own autograde and
-# generate_feedback carry along: ``nbgrader release_feedback`` names each learner's feedback from them.
-EXCHANGE_FILES = ("timestamp.txt", "submission_secret.txt")
-
-
 def _copy_exchange_files(course: Course, task: Task) -> None:
-    for name in EXCHANGE_FILES:
-        src = Path(task.path).parent / name
-        if src.is_file():
-            data = src.read_bytes()
-            for kind in ("feedback", "autograded"):
-                if (course.grading / kind / task.student / task.chapter).is_dir():
-                    _write_atomic_bytes(course.grading / kind / task.student / task.chapter / name, data)
+    """The exchange's bookkeeping that nbgrader's collect leaves beside a submission (``timestamp.txt``,
+    ``submission_secret.txt``), beside the learner's feedback page and autograded notebook: ``nbgrader
+    release_feedback`` names each learner's page from them, and stops for the whole class when one is missing
+    or unreadable. Only the copies discovery read and validated are written (never the learner's files
+    themselves); beside a feedback page whose learner had no valid ones, learner_files.feedback_exchange_files
+    puts stand-ins, so everyone else's feedback is still released (that learner is flagged)."""
+    feedback = course.grading / "feedback" / task.student / task.chapter
+    if feedback.is_dir():
+        for name, data in learner_files.feedback_exchange_files(task.exchange).items():
+            _write_atomic_bytes(feedback / name, data)
+    autograded = course.grading / "autograded" / task.student / task.chapter
+    if autograded.is_dir():
+        for name, data in task.exchange.items():
+            _write_atomic_bytes(autograded / name, data)
 
 
 def write_csv(course: Course, rows: list[dict]) -> tuple[Path, Path]:
+    from .export import safe_writer  # ids, flags, reasons and messages are learner text: no cell runs as a formula
+
     out = course.grading / "grades.csv"
     buf = io.StringIO()
-    w = csv.writer(buf)
+    w = safe_writer(buf)
     w.writerow(["student", "chapter", "status", "score", "max_score", "percent", "flagged", "flags", "reason",
                 "graded_at"])
     for r in sorted(rows, key=lambda r: (r["student"], r["chapter"])):
@@ -733,7 +799,7 @@ def write_csv(course: Course, rows: list[dict]) -> tuple[Path, Path]:
     _write_atomic(out, buf.getvalue())
     per_cell = course.grading / "grades_by_exercise.csv"
     buf = io.StringIO()
-    w = csv.writer(buf)
+    w = safe_writer(buf)
     w.writerow(["student", "chapter", "cell", "score", "max_score", "passed", "messages"])
     for r in sorted(rows, key=lambda r: (r["student"], r["chapter"])):
         for cell, v in sorted(r["cells"].items()):
@@ -763,15 +829,19 @@ def grade(course: Course, chapters: list[str] | None = None, *, workers: int | N
     limits = dict(limits or {})
     module_name = engine_module_name()
 
-    tasks = discover(submitted, chapters)
+    course_files = learner_files.course_inodes([course.solutions, course.chapters_dir])
+    tasks = discover(submitted, chapters, course_files, warn=log)
     summary = Summary(submissions=len(tasks))
     # The engine's defaults are part of its code (hashed); only overrides need to enter the key.
     code_hash = grading_code_hash()
     limits_repr = json.dumps(limits, sort_keys=True)
     sources = {ch: course.source_notebook(ch).read_bytes() for ch in chapters}
+    contents = {}
     for task in tasks:
-        task.key = submission_key(task, sources[task.chapter], code_hash, limits_repr)
+        contents[id(task)] = submission_bytes(task)
+        task.key = submission_key(task, sources[task.chapter], code_hash, limits_repr, contents[id(task)])
     done = recorded_keys(db_url)  # None: not SQLite, the writer answers below
+    todo = tasks
     if done is not None and not force:
         todo = [t for t in tasks if done.get((t.student, t.chapter)) != t.key]
         if not todo and outputs_current(course, done, report):
@@ -781,9 +851,8 @@ def grade(course: Course, chapters: list[str] | None = None, *, workers: int | N
                 f"report are current)")
             log(summary.line())
             return summary
-        expected_runnable = sum(1 for t in todo if Path(t.path).is_file())
-    else:
-        expected_runnable = sum(1 for t in tasks if Path(t.path).is_file())
+    _refuse_course_copies(course, todo, contents)
+    expected_runnable = sum(1 for t in todo if not t.refusal)
 
     if scheduler:
         backend = DaskBackend(scheduler, course, chapters, module_name, limits)
@@ -817,6 +886,27 @@ def grade(course: Course, chapters: list[str] | None = None, *, workers: int | N
     return summary
 
 
+def _refuse_course_copies(course: Course, tasks: list[Task], contents: dict) -> None:
+    """A submission that holds the course's hidden tests is the course's own notebook (e.g. a symlink to it that
+    ``nbgrader collect`` followed): refused, zero with the reason. The release never carries hidden tests, so a
+    learner's own work cannot hold them. The reference solution's code alone is not evidence (a correct
+    answer may be written exactly as the reference writes it) and is graded as usual."""
+    import nbformat
+
+    hidden: dict[str, set] = {}
+    for task in tasks:
+        content = contents.get(id(task))
+        if task.refusal or content is None:
+            continue
+        if task.chapter not in hidden:
+            release = course.release_notebook(task.chapter)
+            hidden[task.chapter] = learner_files.hidden_test_lines(
+                nbformat.read(course.source_notebook(task.chapter), as_version=4),
+                nbformat.read(release, as_version=4) if release.is_file() else None)
+        if learner_files.carries_hidden_tests(content, hidden[task.chapter]):
+            task.refusal = learner_files.HIDDEN_TESTS_REASON
+
+
 def _grade_into(writer, course: Course, tasks: list[Task], sources: dict, backend, summary: Summary, force: bool,
                 progress: bool, log, started: float) -> list[dict]:
     import nbformat
@@ -832,8 +922,8 @@ def _grade_into(writer, course: Course, tasks: list[Task], sources: dict, backen
     done = {} if force else writer.done_keys()
     todo = [t for t in tasks if done.get((t.student, t.chapter)) != t.key]
     summary.up_to_date = len(tasks) - len(todo)
-    missing = [t for t in todo if not Path(t.path).is_file()]
-    runnable = [t for t in todo if Path(t.path).is_file()]
+    missing = [t for t in todo if t.refusal]
+    runnable = [t for t in todo if not t.refusal]
     log(f"{len(tasks)} submissions: {summary.up_to_date} up to date, {len(todo)} to grade "
         + backend.describe(len(runnable)))
     if not runnable:
@@ -856,6 +946,7 @@ def _grade_into(writer, course: Course, tasks: list[Task], sources: dict, backen
             bar.write(f"FAILED {task.student}/{task.chapter}: {str(result.get('reason', ''))[-600:]}")
         else:
             result["student"], result["chapter"] = task.student, task.chapter
+            result["flags"] = list(task.flags) + list(result.get("flags") or [])
             t0 = time.perf_counter()
             write_outputs(course, result, summary)
             _copy_exchange_files(course, task)
@@ -865,7 +956,7 @@ def _grade_into(writer, course: Course, tasks: list[Task], sources: dict, backen
             summary.graded += status == "graded"
             summary.zero += status == "zero"
             summary.flagged += bool(result.get("flags"))
-            if summary.first_result_seconds is None and Path(task.path).is_file():
+            if summary.first_result_seconds is None and not task.refusal:
                 summary.first_result_seconds = t0 - started
         bar.update(1)
         bar.set_postfix(zero=summary.zero, flagged=summary.flagged, failed=summary.failed, refresh=False)
@@ -881,14 +972,8 @@ def _grade_into(writer, course: Course, tasks: list[Task], sources: dict, backen
 
 
 def _parse_timestamp(text: str | None):
-    if not text:
-        return None
-    try:
-        from nbgrader.utils import parse_utc
-
-        return parse_utc(text)
-    except Exception:
-        return None
+    """The submission time for the gradebook (discovery kept only text that parses)."""
+    return learner_files.parse_timestamp(text)
 
 
 def _sigterm(signum, frame):

@@ -34,12 +34,19 @@ is exported, exactly as ``nbgrader export`` would count it. Formats (files under
     ``yes`` when an instructor's manual score changed the autograded total.
 
 ``wide`` -> ``grades_wide.csv``: ``student``, one column per chapter and ``total``, ``max_total``.
+
+Every text cell of every CSV the grader writes goes through :func:`safe_cell`: student ids are folder names a
+learner chose, and a cell that starts like a formula (``=``, ``+``, ``-``, ``@``, a tab or a carriage return)
+would run as one when the file is opened in Excel or Sheets. Such a cell is written with a leading ``'``
+(the spreadsheets' own "this is text" mark); numbers are written as they are. An LMS import that matches
+learners on such an id sees the ``'`` too: rename the folder (and the gradebook's student) if that matters.
 """
 from __future__ import annotations
 
 import argparse
 import csv
 import io
+import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -96,6 +103,41 @@ def read_grades(db_url: str, chapters: list[str] | None = None) -> Grades:
     return grades
 
 
+# What Excel, LibreOffice and Google Sheets read as the start of a formula (OWASP's CSV injection list).
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+_NUMBER = re.compile(r"[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?")
+
+
+def safe_cell(value):
+    """A CSV cell that no spreadsheet runs as a formula: text starting with one of :data:`FORMULA_START` gets a
+    leading ``'``; numbers (and text that is just a number, such as ``-1.5``) and other values pass unchanged."""
+    if isinstance(value, str) and value.startswith(FORMULA_START) and not _NUMBER.fullmatch(value):
+        return "'" + value
+    return value
+
+
+class _SafeWriter:
+    """``csv.writer`` whose every cell goes through :func:`safe_cell`."""
+
+    def __init__(self, f, **options):
+        self._writer = csv.writer(f, **options)
+        # Python's csv quotes a field only for the line ending's own characters: with "\n" endings a lone "\r"
+        # is written bare, and readers take it for the end of the row. Such a row is written fully quoted.
+        self._quoted = csv.writer(f, **dict(options, quoting=csv.QUOTE_ALL))
+        self._bare_cr = "\r" not in self._writer.dialect.lineterminator
+
+    def writerow(self, row):
+        cells = [safe_cell(c) for c in row]
+        if self._bare_cr and any(isinstance(c, str) and "\r" in c for c in cells):
+            return self._quoted.writerow(cells)
+        return self._writer.writerow(cells)
+
+
+def safe_writer(f, **options) -> _SafeWriter:
+    """The CSV writer for every file the grader writes (see :func:`safe_cell`)."""
+    return _SafeWriter(f, **options)
+
+
 def _fmt(x: float) -> str:
     return f"{x:.10g}"
 
@@ -124,7 +166,7 @@ def read_roster(path: Path) -> dict[str, dict]:
 
 def canvas_csv(grades: Grades, missing: str = "blank", roster: dict[str, dict] | None = None) -> str:
     buf = io.StringIO()
-    w = csv.writer(buf, lineterminator="\n")
+    w = safe_writer(buf, lineterminator="\n")
     w.writerow(CANVAS_IDENTITY + grades.chapters)
     w.writerow([CANVAS_POINTS_LABEL, "", "", "", ""] + [_fmt(grades.max_score[c]) for c in grades.chapters])
     for learner in grades.learners:
@@ -142,7 +184,7 @@ def canvas_csv(grades: Grades, missing: str = "blank", roster: dict[str, dict] |
 
 def long_csv(grades: Grades) -> str:
     buf = io.StringIO()
-    w = csv.writer(buf, lineterminator="\n")
+    w = safe_writer(buf, lineterminator="\n")
     w.writerow(["student", "chapter", "score", "max_score", "percent", "status", "manual"])
     for learner in grades.learners:
         for chapter in grades.chapters:
@@ -159,7 +201,7 @@ def long_csv(grades: Grades) -> str:
 
 def wide_csv(grades: Grades, missing: str = "blank") -> str:
     buf = io.StringIO()
-    w = csv.writer(buf, lineterminator="\n")
+    w = safe_writer(buf, lineterminator="\n")
     w.writerow(["student", *grades.chapters, "total", "max_total"])
     for learner in grades.learners:
         total = sum(grades.scores[(learner.id, c)]["score"] for c in grades.chapters

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from pathlib import Path
 
 import nbformat
@@ -108,15 +109,24 @@ def read_submission(path: Path, chapter: str) -> tuple[nbformat.NotebookNode, li
     if path.name != expected:
         name, _ = clean_text(path.name)
         raise Unusable(f"wrong file name: expected {expected}, got {name}")
+    # Never through a link, never blocking on a FIFO, never more than the limit (autograder/learner_files.py).
     try:
-        size = path.stat().st_size
+        size = os.lstat(path).st_size
     except OSError:
         raise Unusable("file not found") from None
-    if size == 0:
-        raise Unusable("empty file")
     if size > MAX_NOTEBOOK_BYTES:
         raise Unusable(f"file too large ({size >> 20} MB; the limit is {MAX_NOTEBOOK_BYTES >> 20} MB)")
-    raw = path.read_bytes()
+    from .learner_files import NotReadable, read_bounded
+
+    try:
+        raw = read_bounded(path, MAX_NOTEBOOK_BYTES)
+    except NotReadable as exc:
+        what = str(exc)
+        if what == "missing":
+            raise Unusable("file not found") from None
+        if what.startswith(("too large", "unreadable")):
+            raise Unusable(f"file {what}") from None
+        raise Unusable(f"not a regular file (a {what}): refused") from None
     if not raw.strip():
         raise Unusable("empty file")
     try:

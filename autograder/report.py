@@ -69,6 +69,9 @@ MAX_FIGURE_PX = 1300
 MIN_FONT_PT = 10
 _FONT = {"font.size": 11, "axes.labelsize": 11, "xtick.labelsize": 10, "ytick.labelsize": 10,
          "axes.titlesize": 11, "legend.fontsize": 10}
+# Student ids are folder names a learner chose: text in a figure is drawn as it is, never parsed as mathtext or
+# handed to LaTeX (a name such as "$\\alpha^$" made matplotlib raise and the whole report fail, issue 24).
+_PLAIN_TEXT = {"text.parse_math": False, "text.usetex": False}
 # The page's section headings; figures carry no title of their own (it used to appear twice).
 SECTIONS = {"chapters": "Score distribution per chapter", "exercises": "Score distribution per exercise",
             "heatmap": "Learners x exercises"}
@@ -90,7 +93,7 @@ def build_figures(rows, chapters, order) -> dict[str, list]:
     matplotlib.use("Agg", force=True)
     import matplotlib.pyplot as plt
 
-    with plt.rc_context(_FONT):
+    with plt.rc_context({**_FONT, **_PLAIN_TEXT}):
         return _build_figures(plt, matplotlib, rows, chapters, order)
 
 
@@ -178,7 +181,11 @@ def _build_figures(plt, matplotlib, rows, chapters, order) -> dict[str, list]:
 
 
 def _figures(rows, chapters, order) -> dict[str, str]:
-    return {key: "".join(_png(f) for f in figs) for key, figs in build_figures(rows, chapters, order).items()}
+    import matplotlib.pyplot as plt
+
+    built = build_figures(rows, chapters, order)
+    with plt.rc_context({**_FONT, **_PLAIN_TEXT}):  # tick labels are made when drawn
+        return {key: "".join(_png(f) for f in figs) for key, figs in built.items()}
 
 
 def _table(headers, body) -> str:

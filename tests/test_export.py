@@ -118,3 +118,21 @@ def test_command_line(gradebook, tmp_path):
                           timeout=120)
     assert done.returncode == 0, done.stderr
     assert _read(out)[0][:5] == export.CANVAS_IDENTITY
+
+
+def test_no_exported_cell_is_a_formula(tmp_path):
+    """Student ids are folder names a learner chose (issue 24): an id such as ``=cmd|' /C calc'!A0`` ran as a
+    formula when an instructor opened the export in Excel or Sheets. Every format writes it as text."""
+    course = Course()
+    db = "sqlite:///" + str(tmp_path / "gradebook.db")
+    evil = ["=cmd|' /C calc'!A0", "+SUM(A1:A9)", "-2+3+cmd|' /C calc'!A0", "@SUM(A1)", "\t=1", "\r=1"]
+    with GradebookWriter(db) as w:
+        w.register_chapter(CH3, nbformat.read(course.source_notebook(CH3), as_version=4))
+        for student in evil + ["ada"]:
+            w.write_result(_result(course, student, CH3, 1), key="k")
+    for path in [export.export(course, fmt, tmp_path / f"{fmt}.csv", db, chapters=[CH3])[0] for fmt in export.FORMATS]:
+        cells = [c for row in _read(path) for c in row]
+        assert not [c for c in cells if c.startswith(export.FORMULA_START)], path
+        for student in evil:
+            assert "'" + student in cells, (path, student)
+        assert "ada" in cells

@@ -213,3 +213,26 @@ def test_misconceptions_counted_by_catalogued_symptom(klass):
     for key, learners in made.items():
         assert by_label[key]["learners"] == str(len(learners))
     assert sum(1 for r in table if "not in the catalogue" in r["symptom"]) == 1
+
+
+@pytest.mark.parametrize("student", ["$\\alpha$", "$\\frac{$", "a$b^$c", "line\nbreak", "=cmd|' /C calc'!A0",
+                                     "<script>alert(1)</script>", "x" * 128])
+def test_a_student_id_is_drawn_and_written_as_text(student):
+    """Student ids are folder names a learner chose (issue 24): mathtext in one used to make matplotlib raise and
+    the whole class report fail, on every run, because the row stays in the gradebook."""
+    course = Course()
+    order = report.exercise_order(course, [CHAPTER])[CHAPTER]
+    rows = [_row("ada", "graded", {c for c, _ in order}, order), _row(student, "graded", set(), order,
+                                                                       flags=[f"odd {student}"])]
+    page = report.render(course, rows)
+    soup = BeautifulSoup(page, "html.parser")
+    assert not soup.find("script"), "a student id became markup"
+    assert student in soup.get_text(), "the id is shown as it is"
+    heatmap = report.build_figures(rows, [CHAPTER], {CHAPTER: order})["heatmap"][0]
+    heatmap.canvas.draw()
+    labels = [t.get_text() for t in heatmap.axes[0].get_yticklabels()]
+    assert student in labels
+    assert all(not t._parse_math for t in heatmap.axes[0].get_yticklabels()), "tick labels parse mathtext"
+    import matplotlib.pyplot as plt
+
+    plt.close("all")
