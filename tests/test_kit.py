@@ -1,0 +1,285 @@
+"""The learner kit (``python -m autograder kit``) and the learner package's independence from the grader (issue 25).
+
+- ``attention_course`` imports, every module of it, where ``autograder`` cannot be imported, and no module of it
+  names ``autograder`` in an import;
+- the kit holds the releases, one wheel of ``attention_course`` (with the self-check's reference outputs), a
+  requirements file and a README, and nothing else; the release's leak checks run over every text in it, the
+  wheel's members included: no solution line, no hidden test, no entry of a mistake catalogue, no profile;
+- a learner in a fresh ordinary account, with nothing but the kit, installs it into a new virtual environment,
+  imports ``attention_course`` there with no ``autograder`` anywhere, runs a completed chapter, and (the issue's
+  "done when") finds a wrong ``masked_softmax`` that raises nothing with the self-check, fixes it and passes.
+"""
+from __future__ import annotations
+
+import ast
+import json
+import os
+import pwd
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import tomllib
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from attention_course.cells import grade_id, is_solution
+from autograder import kit
+from autograder.course import Course
+
+from .test_release import _split_lines
+
+COURSE = Course()
+CHAPTERS = COURSE.chapters()
+PACKAGE = COURSE.root / "attention_course"
+GENERIC_ONE_THREAD = {"ATEN_CPU_CAPABILITY": "default", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+
+REFUSE_AUTOGRADER = """
+import importlib, importlib.abc, pkgutil, sys
+class Refuse(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name == "autograder" or name.startswith("autograder."):
+            raise ModuleNotFoundError(f"No module named {name!r} (refused by the test)", name=name)
+sys.meta_path.insert(0, Refuse())
+import attention_course
+for m in pkgutil.iter_modules(attention_course.__path__):
+    importlib.import_module("attention_course." + m.name)
+    print(m.name)
+"""
+
+
+# -- the learner package stands alone ------------------------------------------------------------------------
+
+
+@pytest.mark.unit
+def test_attention_course_imports_every_module_with_autograder_unimportable(tmp_path):
+    done = subprocess.run([sys.executable, "-c", REFUSE_AUTOGRADER], cwd=tmp_path, capture_output=True, text=True,
+                          env=dict(os.environ, PYTHONPATH=str(COURSE.root)), timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    modules = {p.stem for p in PACKAGE.glob("*.py") if p.stem != "__init__"}
+    assert set(done.stdout.split()) == modules
+
+
+@pytest.mark.unit
+def test_no_module_of_attention_course_imports_autograder():
+    """Not even lazily inside a function (the import test above would not see that)."""
+    offenders = []
+    for path in sorted(PACKAGE.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                     [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            offenders += [f"{path.name}:{node.lineno} {n}" for n in names if n.split(".")[0] == "autograder"]
+    assert not offenders, offenders
+
+
+# -- what the kit holds --------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def kit_dir(tmp_path_factory) -> Path:
+    """The kit, requirements without the PyTorch CPU index: this machine reaches PyPI only, and pip retries an
+    unreachable index for every package it resolves (test_the_default_requirements_pin_cpu_torch covers the
+    default file)."""
+    return kit.build_kit(COURSE, tmp_path_factory.mktemp("kit") / "attention-kit", torch_index=None)
+
+
+def _wheel(kit_root: Path) -> Path:
+    wheels = list((kit_root / "wheels").glob("*.whl"))
+    assert len(wheels) == 1, wheels
+    return wheels[0]
+
+
+def _texts(kit_root: Path) -> dict[str, str]:
+    """Every text in the kit, the wheel's members included: ``{where: text}``."""
+    texts = {}
+    for path in kit_root.rglob("*"):
+        if path.is_file() and path.suffix != ".whl":
+            texts[str(path.relative_to(kit_root))] = path.read_text()
+    with zipfile.ZipFile(_wheel(kit_root)) as whl:
+        for name in whl.namelist():
+            texts[f"{_wheel(kit_root).name}:{name}"] = whl.read(name).decode()
+    return texts
+
+
+@pytest.mark.unit
+def test_kit_holds_the_releases_one_wheel_requirements_and_a_readme_only(kit_dir):
+    files = sorted(str(p.relative_to(kit_dir)) for p in kit_dir.rglob("*") if p.is_file())
+    wanted = sorted([f"chapters/{c}/{c}.ipynb" for c in CHAPTERS] + ["README.md", "requirements.txt",
+                                                                      f"wheels/{_wheel(kit_dir).name}"])
+    assert files == wanted
+    with zipfile.ZipFile(_wheel(kit_dir)) as whl:
+        members = whl.namelist()
+    package = [m for m in members if not m.startswith("attention_course-")]
+    assert all(m.startswith("attention_course/") for m in package), "the wheel ships attention_course only"
+    modules = {f"attention_course/{p.name}" for p in PACKAGE.glob("*.py")}
+    references = {f"attention_course/reference/{c}.json" for c in CHAPTERS}
+    assert set(package) == modules | references
+    for chapter in CHAPTERS:
+        nb = json.loads((kit_dir / "chapters" / chapter / f"{chapter}.ipynb").read_text())
+        release = json.loads(COURSE.release_notebook(chapter).read_text())
+        assert [c["id"] for c in nb["cells"]] == [c["id"] for c in release["cells"] if c["id"] != "generated-note"]
+        first_code = next(c for c in nb["cells"] if c["cell_type"] == "code")
+        assert "from attention_course" in "".join(first_code["source"]), "the first code cell imports the package"
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_kit_leaks_no_solution_hidden_test_catalogue_entry_or_profile(kit_dir, chapter):
+    texts = _texts(kit_dir)
+    lines = {line.strip() for text in texts.values() for line in text.splitlines()}
+    learner_facing = {k: v for k, v in texts.items() if k.endswith((".ipynb", ".json", ".md", ".txt"))}
+    for marker in ("BEGIN SOLUTION", "END SOLUTION", "BEGIN HIDDEN TESTS", "END HIDDEN TESTS", "matches_reference",
+                   "ref_got", "mistakes.toml"):
+        where = [k for k, v in learner_facing.items() if marker in v]
+        assert not where, f"{marker!r} in {where}"
+    source = json.loads(COURSE.source_notebook(chapter).read_text())
+    hidden, shown = set(), set()
+    for cell in source["cells"]:
+        inside, outside = _split_lines("".join(cell["source"]))
+        hidden.update(inside)
+        shown.update(outside)
+    leaked = {line for line in hidden - shown if len(line) > 20 and line in lines}
+    assert not leaked, f"solution or hidden-test lines in the kit: {sorted(leaked)[:5]}"
+    catalogue = COURSE.mistakes_file(chapter)
+    if catalogue.is_file():
+        for entry in tomllib.loads(catalogue.read_text())["mistake"]:
+            assert not any(entry["what"] in v for v in texts.values()), f"catalogue entry {entry['id']} in the kit"
+            patch = {line.strip() for line in entry["replace"].splitlines()} - shown
+            assert not {line for line in patch if len(line) > 20 and line in lines}, entry["id"]
+    assert not any(re.search(r"isolation-[\w-]+\.json|autograder/", k) for k in texts), "a profile or the grader"
+
+
+@pytest.mark.unit
+def test_the_default_requirements_pin_cpu_torch_and_the_courses_pins(tmp_path):
+    assert kit.main(["--out", str(tmp_path / "kit"), "01_cognitive_attention"]) == 0
+    lines = (tmp_path / "kit" / "requirements.txt").read_text().splitlines()
+    assert f"--extra-index-url {kit.CPU_TORCH_INDEX}" in lines and "torch==2.13.0" in lines
+    course_pins = {line.split("#")[0].strip() for line in (COURSE.root / "requirements.txt").read_text().splitlines()}
+    for package in ("numpy", "matplotlib", "nbval", "pytest"):
+        pin = next(line for line in lines if re.match(rf"{package}\b", line))
+        assert pin in course_pins, f"{pin} is not the course's own pin"
+    assert f"./wheels/{_wheel(tmp_path / 'kit').name}" in lines
+    assert "autograder" not in "\n".join(lines) and "nbgrader" not in "\n".join(lines)
+
+
+# -- a learner with nothing but the kit ----------------------------------------------------------------------
+
+
+class Learner:
+    """A fresh ordinary account whose home holds the kit and a virtual environment installed from it alone."""
+
+    def __init__(self, name: str):
+        self.name = name
+        self.home = Path(pwd.getpwnam(name).pw_dir)
+        self.kit = self.home / "attention-kit"
+
+    def run(self, command: str, env: dict | None = None, timeout: int = 900) -> subprocess.CompletedProcess:
+        """``command`` in the learner's login shell, from the kit's folder. pip's settings are this machine's
+        (its PyTorch wheel and package mirrors), as a class's machines would have theirs."""
+        pip = {k: v for k, v in os.environ.items() if k.startswith("PIP_")}
+        assignments = " ".join(f"{k}={shlex.quote(v)}" for k, v in {**pip, **(env or {})}.items())
+        script = f"cd {shlex.quote(str(self.kit))} && env {assignments} bash -c {shlex.quote(command)}"
+        return subprocess.run(["su", "-", self.name, "-c", script], capture_output=True, text=True, timeout=timeout)
+
+    def write(self, relative: str, nb: dict) -> Path:
+        path = self.kit / relative
+        path.write_text(json.dumps(nb, indent=1))
+        pw = pwd.getpwnam(self.name)
+        os.chown(path, pw.pw_uid, pw.pw_gid)
+        return path
+
+
+@pytest.fixture(scope="module")
+def learner(kit_dir):
+    if os.geteuid() != 0:
+        pytest.skip("needs root to create a fresh ordinary account (useradd); CI runs as root")
+    name = f"kitlearner{os.getpid()}"
+    subprocess.run(["useradd", "-m", "-s", "/bin/bash", name], check=True)
+    try:
+        who = Learner(name)
+        shutil.copytree(kit_dir, who.kit)
+        subprocess.run(["chown", "-R", f"{name}:{name}", str(who.kit)], check=True)
+        # The README's install, as written (python3 is the system's: the account sees no repository, no .venv).
+        done = who.run("python3 -m venv .venv && .venv/bin/pip install --quiet -r requirements.txt")
+        assert done.returncode == 0, f"installing the kit failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+        yield who
+    finally:
+        subprocess.run(["userdel", "-r", name], capture_output=True)
+
+
+def _with_answers(nb: dict, chapter: str, skip: str | None = None) -> dict:
+    """The kit's chapter with the learner's answers typed in: the reference's code without nbgrader's markers
+    (a learner's notebook has none), except in solution cell ``skip``."""
+    source = json.loads(COURSE.source_notebook(chapter).read_text())
+    answers = {grade_id(c): "".join(c["source"]) for c in source["cells"] if is_solution(c)}
+    nb = json.loads(json.dumps(nb))
+    for cell in nb["cells"]:
+        if is_solution(cell) and grade_id(cell) != skip:
+            cell["source"] = "\n".join(line for line in answers[grade_id(cell)].splitlines()
+                                       if not re.search(r"### (BEGIN|END) SOLUTION", line))
+    return nb
+
+
+def _kit_chapter(learner: Learner, chapter: str) -> dict:
+    return json.loads((learner.kit / "chapters" / chapter / f"{chapter}.ipynb").read_text())
+
+
+@pytest.mark.notebooks
+@pytest.mark.timeout(1500)
+def test_the_kit_alone_installs_and_imports_attention_course_without_autograder(learner):
+    probe = ("import importlib, importlib.util, pkgutil, attention_course; "
+             "assert importlib.util.find_spec('autograder') is None, 'the grader is importable'; "
+             "[importlib.import_module('attention_course.' + m.name) for m in pkgutil.iter_modules(attention_course.__path__)]; "
+             "print(attention_course.__file__)")
+    done = learner.run(f".venv/bin/python -c {shlex.quote(probe)}")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip().startswith(str(learner.kit / ".venv")), done.stdout
+
+
+@pytest.mark.notebooks
+@pytest.mark.timeout(1500)
+def test_the_kit_alone_runs_a_completed_chapter(learner):
+    chapter = "01_cognitive_attention"
+    learner.write("completed-01.ipynb", _with_answers(_kit_chapter(learner, chapter), chapter))
+    done = learner.run(".venv/bin/python -m attention_course check completed-01.ipynb", env=GENERIC_ONE_THREAD)
+    assert done.returncode == 0 and "self-check passed" in done.stdout, done.stdout[-4000:] + done.stderr[-2000:]
+
+
+WRONG_MASKED_SOFTMAX = '''def masked_softmax(scores, valid_lens=None, mask=None):
+    """My first try: a softmax over the keys."""
+    return torch.softmax(scores, dim=-1)
+'''
+
+
+@pytest.mark.notebooks
+@pytest.mark.timeout(1500)
+def test_a_learner_finds_a_wrong_masked_softmax_with_the_self_check_and_fixes_it(learner):
+    """Issue 25's "done when": chapter 3 from the kit, a wrong masked_softmax that raises nothing (it ignores the
+    mask), run all and save (the notebook now stores the learner's own outputs), self-check fails naming the cell;
+    fix, run and save again, self-check passes. Torch's generic kernels on one thread, as on an old CPU."""
+    chapter = "03_scoring_functions"
+    mine = f"chapters/{chapter}/{chapter}.ipynb"
+    nb = _with_answers(_kit_chapter(learner, chapter), chapter, skip="masked_softmax")
+    for cell in nb["cells"]:
+        if grade_id(cell) == "masked_softmax":
+            cell["source"] = WRONG_MASKED_SOFTMAX
+    learner.write(mine, nb)
+    run_all_and_save = f".venv/bin/jupyter nbconvert --to notebook --execute --inplace --allow-errors {mine}"
+
+    done = learner.run(run_all_and_save, env=GENERIC_ONE_THREAD)
+    assert done.returncode == 0, done.stderr[-3000:]
+    saved = json.loads((learner.kit / mine).read_text())
+    assert any(o.get("output_type") == "error" for c in saved["cells"] for o in c.get("outputs", [])), \
+        "the saved notebook carries the learner's own outputs, error included"
+    done = learner.run(f".venv/bin/python -m attention_course check {mine}", env=GENERIC_ONE_THREAD)
+    assert done.returncode == 1, done.stdout[-4000:] + done.stderr[-2000:]
+    assert "FAIL cell test-masked-softmax-visible" in done.stdout, done.stdout[-4000:]
+    assert "Exercise 1: `masked_softmax`" in done.stdout and "is the mask applied?" in done.stdout
+
+    learner.write(mine, _with_answers(json.loads((learner.kit / mine).read_text()), chapter))  # the fix
+    assert learner.run(run_all_and_save, env=GENERIC_ONE_THREAD).returncode == 0
+    done = learner.run(f".venv/bin/python -m attention_course check {mine}", env=GENERIC_ONE_THREAD)
+    assert done.returncode == 0 and "self-check passed" in done.stdout, done.stdout[-4000:] + done.stderr[-2000:]
