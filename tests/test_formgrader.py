@@ -6,8 +6,13 @@ formgrader is opened in headless Chromium. Formgrader lists the chapter and each
 score typed into formgrader's grading page for the learner with the mistake is saved by formgrader itself, and
 ``python -m autograder export --format canvas`` then exports the overridden score, the others unchanged.
 
+The class also holds an attacker (issue 24, class 1): a notebook whose outputs and cells carry a script that,
+if it ran in formgrader, would give the learner full manual credit through formgrader's API, write a file into
+the course through Jupyter's contents API and set ``window.__pwned``. The last test opens that learner's grading
+page as an instructor would and finds that nothing ran and no score changed.
+
 The tests share one graded class, server and browser, and run in file order: the first sees the autograded
-scores, the second overrides one of them.
+scores, the second overrides one of them, the third opens the attacker's notebook.
 """
 from __future__ import annotations
 
@@ -28,6 +33,7 @@ from autograder import submissions
 from .batch_support import CHAPTER, REPO, child_env, run_grade, write
 from .browser import Browser
 from .conftest import copy_reference_cache
+from .test_active_content import attacker_cells
 
 pytestmark = pytest.mark.services
 
@@ -54,7 +60,9 @@ def graded(tmp_path_factory):
     mistake = submissions.load_mistakes(course, CHAPTER)[0]
     work = {"ada": submissions.reference(course, CHAPTER),
             "bea": submissions.with_mistake(course, CHAPTER, mistake),
-            "cem": submissions.blank(course, CHAPTER)}
+            "cem": submissions.blank(course, CHAPTER),
+            "eve": submissions.with_mistake(course, CHAPTER, mistake)}
+    work["eve"].cells.extend(attacker_cells())  # a mistake, so full manual credit would raise her score
     for learner, nb in work.items():
         write(course, learner, nb)
     run_grade(course)
@@ -63,6 +71,7 @@ def graded(tmp_path_factory):
     assert scores["ada"][0] == scores["ada"][1] > 0, scores  # full marks for the reference
     assert 0 < scores["bea"][0] < scores["bea"][1], scores  # the mistake costs some points, not all
     assert scores["cem"][0] == 0, scores  # nothing for the blank
+    assert scores["eve"] == scores["bea"], scores  # the attack's cells earn nothing and cost nothing
     return course, scores, mistake
 
 
@@ -167,7 +176,7 @@ def test_formgrader_lists_the_chapter_and_our_scores(graded, server, browser):
     page = browser.open(f"{server.base}/formgrader/manage_assignments?token={server.token}", TABLE_LOADED)
     chapters = _table(page, "Name")
     assert set(course.chapters()) <= set(chapters), _text(page)
-    assert chapters[CHAPTER]["# Submissions"] == "3", _text(page)
+    assert chapters[CHAPTER]["# Submissions"] == str(len(scores)), _text(page)
     assert not page.errors, page.errors
 
     page = browser.open(f"{server.base}/formgrader/manage_submissions/{CHAPTER}", TABLE_LOADED)
@@ -230,3 +239,26 @@ def test_a_manual_score_made_in_formgrader_is_exported(graded, server, browser, 
     column = rows[0].index(CHAPTER)
     exported = {r[rows[0].index("SIS Login ID")]: float(r[column]) for r in rows[2:]}
     assert exported == {learner: score for learner, (score, _) in expected.items()}, exported
+
+
+def test_an_attackers_notebook_runs_nothing_in_formgrader(graded, server, browser):
+    """Eve's grading page, opened as an instructor opens it: formgrader shows her notebook, every script of hers
+    is inert, and her grades are what the grader gave."""
+    course, scores, _ = graded
+    sub_id = _submission_id(browser, server, "eve")
+    before = {g["name"]: (g["auto_score"], g["manual_score"]) for g in server.api(f"grades?submission_id={sub_id}")}
+    page = browser.open(f"{server.base}/formgrader/submissions/{sub_id}/",
+                        "window.formgrader && formgrader.grades && formgrader.grades.loaded")
+    time.sleep(3)  # the payload waits for formgrader's grades and then saves: give it time to have done so
+    text = _text(page)
+    # The instructor still reads what the learner tried, as text: the removed outputs and the markdown cell.
+    assert "[removed by the grader: application/javascript output, shown as text]" in text, text[-3000:]
+    assert "[removed by the grader: text/html output, shown as text]" in text
+    assert "My notes <script>" in text
+    assert page.evaluate("typeof window.__pwned") == "undefined", page.evaluate("JSON.stringify(window.__pwned)")
+    assert sorted(p.name for p in course.root.glob("pwned-*")) == []  # no file written through the contents API
+    after = {g["name"]: (g["auto_score"], g["manual_score"]) for g in server.api(f"grades?submission_id={sub_id}")}
+    assert after == before and all(manual is None for _, manual in after.values()), after
+    page = browser.open(f"{server.base}/formgrader/manage_submissions/{CHAPTER}", TABLE_LOADED)
+    score, max_score = scores["eve"]
+    assert _table(page, "Student ID")["eve"]["Score"] == f"{score:g} / {max_score:g}"
