@@ -124,6 +124,18 @@ def _write_notebook(nb: dict, path: Path) -> None:
     path.write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n")
 
 
+def _can_build_here() -> bool:
+    """Whether this interpreter's own setuptools builds the wheel (setuptools 64 or newer, with ``bdist_wheel``:
+    built in from 70.1, from the ``wheel`` package before). Otherwise pip fetches a build backend."""
+    try:
+        from importlib.metadata import version
+
+        major, minor = (int(x) for x in version("setuptools").split(".")[:2])
+    except Exception:  # noqa: BLE001 - no setuptools, or a version we cannot read
+        return False
+    return (major, minor) >= (70, 1) or ((major, minor) >= (64, 0) and importlib.util.find_spec("wheel") is not None)
+
+
 def build_wheel(course: Course, references: dict[str, dict], out: Path) -> Path:
     """``attention_course`` alone as a wheel, with the self-check's reference outputs as package data.
 
@@ -146,7 +158,7 @@ def build_wheel(course: Course, references: dict[str, dict], out: Path) -> Path:
             '[tool.setuptools.package-data]\nattention_course = ["reference/*.json"]\n')
         out.mkdir(parents=True, exist_ok=True)
         cmd = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "-w", str(out), str(src)]
-        if importlib.util.find_spec("setuptools"):
+        if _can_build_here():
             cmd.insert(5, "--no-build-isolation")  # offline: build with the setuptools already here
         done = subprocess.run(cmd, capture_output=True, text=True)
         if done.returncode != 0:
