@@ -1,5 +1,6 @@
-"""Every stored output is the same on any CPU: a learner's ``pytest --nbval`` self-check of a completed notebook
-passes on their machine.
+"""Every stored output is the same on any CPU: a learner's self-check of a completed notebook
+(``python -m attention_course check``, nbval against the release's reference outputs; tests/test_selfcheck.py and
+tests/test_kit.py test that command) passes on their machine.
 
 The release stores the outputs of a run with the machine's best CPU kernels and all its threads; tests/test_release.py
 regenerates it (best kernels, two threads) and compares every text output (naming the cell that differs). Here the completed release
