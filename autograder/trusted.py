@@ -597,11 +597,11 @@ def _lead(result: dict, names: dict[str, str]) -> list[str]:
             if name not in blank:
                 blank.append(name)
     gid, cell = failed[0]
+    if NOT_IMPLEMENTED in cell.get("messages", []):  # the first thing to do is to write the first blank function
+        return ["<p class='first-fix'><strong>Not implemented yet</strong> (the function still raises "
+                "NotImplementedError), start with the first: " + "; ".join(map(_exercise_html, blank)) + "</p>"]
     where = _exercise_html(names[gid]) if gid in names else f"the test <code>{html.escape(str(gid))}</code>"
-    if NOT_IMPLEMENTED in cell.get("messages", []):
-        symptom = "not implemented yet"
-    else:
-        symptom = html.escape(_public_message(next(iter(cell.get("messages", [])), "failed")))
+    symptom = html.escape(_public_message(next(iter(cell.get("messages", [])), "failed")))
     parts = [f"<p class='first-fix'><strong>Fix first:</strong> {where}: {symptom}</p>"]
     if blank:
         parts.append("<p class='not-implemented'><strong>Not implemented yet</strong> (the function still raises "
@@ -641,7 +641,7 @@ def feedback_html(result: dict) -> str:
         ok = bool(cell.get("passed"))
         messages = cell.get("messages", [])
         if NOT_IMPLEMENTED in messages:  # named once, above the table; its stopped checks say nothing more
-            messages = ["the exercise is in the 'not implemented yet' list above"]
+            messages = ["listed above"]
         msgs = "".join(f"<li>{esc(_public_message(m))}</li>" for m in messages)
         exercise = f"<br>{_exercise_html(names[gid])}" if gid in names else ""
         parts.append(f"<tr class='{'pass' if ok else 'fail'}'><td><code>{esc(str(gid))}</code>{exercise}</td>"
