@@ -166,6 +166,8 @@ def test_the_default_requirements_pin_cpu_torch_and_the_courses_pins(tmp_path):
 
 
 # -- a learner with nothing but the kit ----------------------------------------------------------------------
+# Marked `services`: each is a learner's own machine (an OS account, pip installing the kit, its Jupyter and kernels),
+# and none touches the grader, so none needs the reference profiles that `notebooks` tests get built first.
 
 
 class Learner:
@@ -227,7 +229,7 @@ def _kit_chapter(learner: Learner, chapter: str) -> dict:
     return json.loads((learner.kit / "chapters" / chapter / f"{chapter}.ipynb").read_text())
 
 
-@pytest.mark.notebooks
+@pytest.mark.services
 @pytest.mark.timeout(1500)
 def test_the_kit_alone_installs_and_imports_attention_course_without_autograder(learner):
     probe = ("import importlib, importlib.util, pkgutil, attention_course; "
@@ -239,7 +241,7 @@ def test_the_kit_alone_installs_and_imports_attention_course_without_autograder(
     assert done.stdout.strip().startswith(str(learner.kit / ".venv")), done.stdout
 
 
-@pytest.mark.notebooks
+@pytest.mark.services
 @pytest.mark.timeout(1500)
 def test_the_kit_alone_runs_a_completed_chapter(learner):
     chapter = "01_cognitive_attention"
@@ -254,7 +256,7 @@ WRONG_MASKED_SOFTMAX = '''def masked_softmax(scores, valid_lens=None, mask=None)
 '''
 
 
-@pytest.mark.notebooks
+@pytest.mark.services
 @pytest.mark.timeout(1500)
 def test_a_learner_finds_a_wrong_masked_softmax_with_the_self_check_and_fixes_it(learner):
     """Issue 25's "done when": chapter 3 from the kit, a wrong masked_softmax that raises nothing (it ignores the
