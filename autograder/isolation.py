@@ -246,8 +246,12 @@ class Engine:
             try:
                 proc.stdin.write(b"j")
                 sandbox.write_frame(proc.stdin.fileno(), job)
-                cap = int((job["limits"]["max_output_mb"] + job["limits"].get("max_record_mb", 64)) * (1 << 20) * 2)
-                report = sandbox.read_frame(proc.stdout.fileno(), cap + (4 << 20), backstop)
+                # the monitor's own report (small), then the kernel's result as the raw bytes it sent (capped
+                # on those bytes, never re-encoded on the way: autograder/sandbox/monitor.py)
+                report = sandbox.read_frame(proc.stdout.fileno(), 1 << 20, backstop)
+                raw = None
+                if isinstance(report, dict) and isinstance(report.get("result_bytes"), int):
+                    raw = sandbox.read_raw_frame(proc.stdout.fileno(), sandbox.result_cap(job["limits"]), backstop)
             except (OSError, TimeoutError, sandbox.ProtocolError) as exc:
                 tail = self._log_tail()
                 self._kill()
@@ -256,7 +260,7 @@ class Engine:
                 tail = self._log_tail()
                 self._kill()
                 raise GraderError(f"the sandbox zygote exited; log: {tail}")
-            return report
+            return sandbox.read_report(report, raw)
 
     def _job(self, cells: list[dict], mode: str, limits: Limits) -> dict:
         lim = asdict(limits)

@@ -106,9 +106,23 @@ class _Server:
         self.sock.close()
 
 
+def selected_cases(request, test_name: str) -> set[str] | None:
+    """The hostile cases this session's selected tests ask for (``-k``), or None for all of them: a batch then
+    grades only those (and the reference after them), not the whole corpus."""
+    names = set()
+    for item in request.session.items:
+        if request.fixturename not in getattr(item, "fixturenames", ()):
+            continue
+        case = getattr(getattr(item, "callspec", None), "params", {}).get("case")
+        if getattr(item, "originalname", "") != test_name or case is None:
+            return None  # a test that reads the whole batch
+        names.add(case.name)
+    return names or None
+
+
 @pytest.fixture(scope="module", params=LEVELS_AS_ROOT)
 def batch(request, tmp_path_factory):
-    """Grade the whole hostile corpus, in one Engine at one isolation level, once."""
+    """Grade the hostile corpus (the selected cases), in one Engine at one isolation level, once."""
     level = request.param
     tmp = tmp_path_factory.mktemp(f"hostile-{level}")
     course = _course_copy(tmp / "course")
@@ -128,15 +142,17 @@ def batch(request, tmp_path_factory):
         with Engine(course.root, Limits(**run.LIMITS, isolation=level)) as engine:
             assert engine.isolation["level"] == level, engine.isolation
             engine.profile(CHAPTER)  # built (trusted side) before the snapshot
-            paths = run.write_cases(ctx)
+            paths = run.write_cases(ctx, selected_cases(request, "test_hostile_notebook"))
             before = _snapshot(*protected, skip=skip)
+            ipc_before = run.sysv_ipc_objects()
             results = run.grade_cases(engine, paths)
         after = _snapshot(*protected, skip=skip)
+        ipc_left = sorted(run.sysv_ipc_objects() - ipc_before)
     finally:
         server.close()
     changed = sorted(k for k in set(before) | set(after) if before.get(k) != after.get(k))
     return {"level": level, "results": results, "changed": changed, "server": server.received, "course": course,
-            "seconds": time.monotonic() - started}
+            "seconds": time.monotonic() - started, "ipc_left": ipc_left}
 
 
 def _outputs_text(result: dict) -> str:
@@ -165,6 +181,7 @@ def assert_contained(batch: dict, case) -> None:
     assert results["__after__"]["score"] == FULL, "the engine is not healthy after the hostile corpus"
     assert batch["changed"] == [], f"files outside the sandbox changed: {batch['changed']}"
     assert batch["server"] == [], f"the loopback server was reached: {batch['server']}"
+    assert batch["ipc_left"] == [], f"System V IPC objects left on the host: {batch['ipc_left']}"
     r = results[case.name]
     assert r["status"] == case.status, (r["status"], r["reason"], _outputs_text(r)[-3000:])
     assert r["reason"] == case.reason
@@ -412,3 +429,106 @@ def test_policies_are_data_applied_by_named_steps():
     assert with_cgroup["RLIMIT_NPROC"] == (96, 96) and "RLIMIT_AS" not in with_cgroup
     alone = policy.rlimits(limits, nproc_base=10, as_base_mb=3000)
     assert alone["RLIMIT_NPROC"] == (74, 74) and alone["RLIMIT_AS"] == ((3000 + 1536) << 20,) * 2
+
+
+# -- the result channel: raw caps, strict decoding, safe reasons (autograder/sandbox/framing.py, monitor.py) ------
+
+
+@pytest.mark.unit
+@pytest.mark.timeout(60)
+def test_learner_text_in_a_reason_is_one_line_without_control_characters():
+    from autograder.sandbox.reasons import last_line, one_line
+
+    paint = "\x1b[2J\x1b[31mFATAL\r\x07 grader\texploded\x1b]0;pwned\x07\x1b[0m\u202e\u200b \x9b1m!"
+    assert one_line(paint) == "FATAL grader exploded !"
+    assert last_line("Traceback (most recent call last):\n  ...\nRuntimeError: " + paint + "\n") == \
+        "RuntimeError: FATAL grader exploded !"
+    assert one_line("x" * 1000, 20) == "x" * 17 + "..."
+    assert all(ch.isprintable() for ch in one_line("".join(map(chr, range(0x250)))))
+
+
+@pytest.mark.unit
+@pytest.mark.timeout(60)
+def test_result_frames_are_capped_on_raw_bytes_and_decoded_strictly():
+    import os
+    import struct
+
+    from autograder import sandbox
+
+    r, w = os.pipe()
+    try:
+        os.write(w, struct.pack(">I", 200 << 20))  # only the header: refused before any body is read
+        with pytest.raises(sandbox.ProtocolError, match="exceeds the cap"):
+            sandbox.read_raw_frame(r, 100 << 20, time.monotonic() + 5)
+    finally:
+        os.close(r)
+        os.close(w)
+    for bad in (b'{"done":true,"cells":{"0":NaN}}', b'{"done":true,"cells":{"0":1e400}}', b'{"done":true}',
+                b'{"done":1,"cells":{}}', b"[1]", b'{"done":true,"cells":{}', b"\xff"):
+        with pytest.raises(sandbox.ProtocolError):
+            sandbox.decode_result(bad)
+    assert sandbox.decode_result(b'{"done":true,"cells":{"3":{}},"truncated":true}') == {"cells": {"3": {}},
+                                                                                          "truncated": True}
+    # the Engine's reading of a report: a result that does not decode, or none, is the learner's zero
+    ok = {"status": "ok", "reason": "", "result_bytes": 5}
+    assert sandbox.read_report(ok, b"[1,2]")["status"] == "zero"
+    assert sandbox.read_report(ok, None)["reason"] == sandbox.INTERFERED
+    good = sandbox.read_report(ok, b'{"done":true,"cells":{"1":{"outputs":[]}}}')
+    assert good["status"] == "ok" and good["cells"] == {"1": {"outputs": []}} and "result_bytes" not in good
+    zero = sandbox.read_report({"status": "zero", "reason": "kernel died (\x1b[31mboom\r)"}, None)
+    assert zero["reason"] == "kernel died (boom )"
+    assert sandbox.read_report("status", None)["status"] == "error"
+
+
+@pytest.mark.unit
+@pytest.mark.timeout(120)
+def test_a_result_is_decoded_within_a_memory_budget():
+    import subprocess
+    import sys
+
+    code = ("from autograder.sandbox import monitor\n"
+            "raw = b'{\"done\":true,\"cells\":{},\"pad\":[' + b'9e15,' * (4 << 20) + b'0]}'\n"  # 20 MB
+            "print(repr(monitor._decodes_within(raw, 4 * len(raw) + (64 << 20))))\n"
+            "print(repr(monitor._decodes_within(raw, 2 << 30)))\n"
+            "print(repr(monitor._decodes_within(b'{\"done\":true,\"cells\":{\"0\":NaN}}', 1 << 30)))\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=100,
+                          cwd=str(COURSE.root))
+    lines = done.stdout.splitlines()
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert lines[0].startswith("'the result of 20971") and "does not decode within 144 MB" in lines[0]
+    assert lines[1] == "''"  # the same bytes decode with room to spare
+    assert "malformed frame" in lines[2]
+
+
+@pytest.mark.sandbox
+@pytest.mark.timeout(60)
+def test_system_v_ipc_of_a_sandbox_uid_is_removed():
+    import ctypes
+    import os
+
+    from autograder.sandbox import sysv
+
+    if os.geteuid() != 0:
+        pytest.fail("this test needs root (it creates IPC objects as another uid)")
+    uid = 299_999  # no account's: as the per-sandbox uids of jail.UID_BASE are
+    libc = ctypes.CDLL(None, use_errno=True)
+    mine = libc.shmget(0, ctypes.c_size_t(1 << 20), 0o1000 | 0o600)  # root's own: must stay
+    assert mine >= 0
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.setgid(uid)
+            os.setuid(uid)
+            ok = (libc.shmget(0, ctypes.c_size_t(1 << 20), 0o1000 | 0o600) >= 0 and libc.msgget(0, 0o1000 | 0o600) >= 0
+                  and libc.semget(0, 2, 0o1000 | 0o600) >= 0)
+        finally:
+            os._exit(0 if ok else 1)
+    assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
+    try:
+        owned = {(k, o["id"]) for k in sysv.KINDS for o in sysv.objects(k) if o["uid"] == uid}
+        assert {k for k, _ in owned} == {"shm", "msg", "sem"}
+        assert set(sysv.remove_owned_by(uid)) == owned
+        assert not [o for k in sysv.KINDS for o in sysv.objects(k) if uid in (o["uid"], o["cuid"])]
+        assert any(o["id"] == mine for o in sysv.objects("shm"))
+    finally:
+        sysv.remove("shm", mine)

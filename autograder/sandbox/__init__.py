@@ -10,7 +10,9 @@ Process tree (``python -m autograder.sandbox`` is the zygote; :class:`autograder
 
 One module per concern:
 
-- ``framing``: the length-prefixed JSON frames on every pipe (never pickle, size-capped at every hop);
+- ``framing``: the length-prefixed JSON frames on every pipe (never pickle, size-capped on raw bytes at every hop);
+- ``reasons``: learner text made safe for a reason (one line, no control characters);
+- ``sysv``: System V IPC objects of a sandbox uid, removed after each sandbox;
 - ``runner``: the kernel's cell runner (captured IPython shell, check recorders, per-cell timeout, seeding);
 - ``policy``: the jail as data (levels, binds, rlimits, environment) and the named steps of each level;
 - ``jail``: one function per step (namespaces, private root, uid, capabilities, rlimits, Landlock, seccomp);
@@ -21,4 +23,7 @@ One module per concern:
 
 The isolation levels and what each stops are in docs/isolation.md.
 """
-from .framing import ProtocolError, read_exact, read_frame, write_frame  # noqa: F401
+from .framing import (ProtocolError, decode_result, read_exact, read_frame, read_raw_frame,  # noqa: F401
+                      write_frame)
+from .monitor import INTERFERED, read_report, result_cap  # noqa: F401
+from .reasons import one_line  # noqa: F401

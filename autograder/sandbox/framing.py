@@ -1,10 +1,18 @@
 """Framing of every pipe between Engine, zygote, monitor and kernel: 4-byte big-endian length + UTF-8 JSON.
 
 Never pickle: the kernel is hostile, and whatever it sends is parsed as data, size-capped at every hop.
+
+Sizes are capped on the raw bytes, from the length header, before a frame is read or decoded: a frame's length
+is checked against the cap, then read in chunks of at most 1 MB. The kernel's result (the ``done`` frame) is
+never re-encoded on its way to the Engine: the monitor forwards its raw bytes (:func:`write_raw_frame`), so what
+arrives is exactly as large as what the kernel sent, and :func:`decode_result` reads it strictly (valid UTF-8
+JSON without NaN or Infinity, an object with ``done``: a dict of cells); anything else is
+:class:`ProtocolError`, which the monitor and the Engine turn into the learner's zero.
 """
 from __future__ import annotations
 
 import json
+import math
 import os
 import select
 import struct
@@ -60,7 +68,8 @@ def read_exact(fd: int, n: int, deadline: float | None = None) -> bytes | None:
     return b"".join(chunks)
 
 
-def read_frame(fd: int, max_bytes: int, deadline: float | None = None):
+def read_raw_frame(fd: int, max_bytes: int, deadline: float | None = None) -> bytes | None:
+    """One frame's bytes, undecoded; None on EOF before a frame. The cap is checked before anything is read."""
     header = read_exact(fd, _HEADER.size, deadline)
     if header is None:
         return None
@@ -70,7 +79,41 @@ def read_frame(fd: int, max_bytes: int, deadline: float | None = None):
     data = read_exact(fd, size, deadline) if size else b""
     if data is None:
         raise ProtocolError("stream ended inside a frame")
+    return data
+
+
+def write_raw_frame(fd: int, data: bytes) -> None:
+    _write_all(fd, _HEADER.pack(len(data)) + data)
+
+
+def _no_constants(name: str):
+    raise ValueError(f"{name} is not JSON")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if math.isinf(value):  # 1e400
+        raise ValueError("a number out of range is not JSON")
+    return value
+
+
+def decode(data: bytes):
+    """Strict JSON (no NaN or Infinity, not even as 1e400: no writer of ours produces them, and none of ours can
+    write them back)."""
     try:
-        return json.loads(data.decode("utf-8", "surrogatepass"))
+        return json.loads(data.decode("utf-8", "surrogatepass"), parse_constant=_no_constants, parse_float=_finite)
     except (ValueError, RecursionError) as exc:
         raise ProtocolError(f"malformed frame: {type(exc).__name__}") from None
+
+
+def read_frame(fd: int, max_bytes: int, deadline: float | None = None):
+    data = read_raw_frame(fd, max_bytes, deadline)
+    return None if data is None else decode(data)
+
+
+def decode_result(data: bytes) -> dict:
+    """The kernel's result frame as ``{"cells": {...}, "truncated": bool}``; ProtocolError when it is not one."""
+    frame = decode(data)
+    if not isinstance(frame, dict) or frame.get("done") is not True or not isinstance(frame.get("cells"), dict):
+        raise ProtocolError("malformed result")
+    return {"cells": frame["cells"], "truncated": frame.get("truncated") is True}

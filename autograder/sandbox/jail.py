@@ -13,7 +13,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-from . import cgroups, landlock, policy, seccomp
+from . import cgroups, landlock, policy, seccomp, sysv
 from .syscalls import (CLONE_NEWUSER, MS_BIND, MS_NODEV, MS_NOEXEC, MS_NOSUID, MS_PRIVATE, MS_RDONLY, MS_REC,
                        MS_REMOUNT, NAMESPACES, PR_SET_CHILD_SUBREAPER, PR_SET_NO_NEW_PRIVS, PR_SET_PDEATHSIG,
                        drop_all_capabilities, locked_flags, mount, prctl, unshare)
@@ -35,14 +35,16 @@ class Jail:
     scratch: str = policy.SCRATCH  # the scratch folder as the kernel sees it
     host_scratch: str | None = None  # a scratch folder on the host (process level), removed afterwards
     landlock_ruleset: object = None
-    res_w: int = -1
+    res_w: int = -1  # the kernel's result pipe (learner code can write it: its frames are data)
+    setup_w: int = -1  # the kernel's setup pipe: "ready" or why the jail failed; closed before learner code
     nproc_base: int = 0
     host_uid: int = field(default_factory=os.geteuid)
     host_gid: int = field(default_factory=os.getegid)
 
     def cleanup(self) -> None:
         self.group.cleanup()
-        if self.uid_fd is not None:
+        if self.uid_fd is not None:  # a per-sandbox uid (no account's): nothing it made in System V IPC may stay
+            sysv.remove_owned_by(self.uid)
             os.close(self.uid_fd)
         if self.host_scratch:
             shutil.rmtree(self.host_scratch, ignore_errors=True)
@@ -175,8 +177,12 @@ def descriptors(j: Jail) -> None:
     for fd in (0, 1, 2):
         os.dup2(devnull, fd)
     os.close(devnull)
-    os.closerange(3, j.res_w)
-    os.closerange(j.res_w + 1, 1 << 16)
+    keep = sorted(fd for fd in (j.res_w, j.setup_w) if fd >= 3)
+    low = 3
+    for fd in keep:
+        os.closerange(low, fd)
+        low = fd + 1
+    os.closerange(low, 1 << 16)
 
 
 def rlimits(j: Jail) -> None:

@@ -89,7 +89,8 @@ def describe(level: str, found: dict) -> dict:
                                                                                         "unavailable)"))
         if found["landlock"] <= 0:
             lacks.append("no Landlock: the kernel can read whatever this account can read (the course tree "
-                         "and the gradebook included)")
+                         "and the gradebook included) and, where it keeps the grader's uid, open the grader's own pipes "
+                         "through /proc/<pid>/fd")
         elif found["landlock"] < 6:
             lacks.append(f"Landlock ABI {found['landlock']} (< 6): signals to this account's other processes "
                          "are not refused")

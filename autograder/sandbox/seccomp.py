@@ -7,7 +7,15 @@ What it refuses (EPERM, so learner code sees an ordinary ``PermissionError``):
 - new namespaces and mounts: ``unshare``, ``setns``, ``clone`` with any ``CLONE_NEW*`` flag, ``mount``,
   ``umount2``, ``pivot_root``, ``chroot`` and the new mount API (``open_tree``, ``move_mount``, ``fsopen``...);
 - kernel surfaces a notebook never needs: ``bpf``, ``perf_event_open``, ``userfaultfd``, ``io_uring_*``,
-  keyrings, module loading, ``kexec``, ``open_by_handle_at``, ``reboot``, ``swapon``/``swapoff``, ``acct``.
+  keyrings, module loading, ``kexec``, ``open_by_handle_at``, ``reboot``, ``swapon``/``swapoff``, ``acct``;
+- System V IPC, every call (``shmget``, ``shmat``, ``shmdt``, ``shmctl``, ``msgget``, ``msgsnd``, ``msgrcv``,
+  ``msgctl``, ``semget``, ``semop``, ``semtimedop``, ``semctl``, and the ``ipc`` multiplexer where an
+  architecture has one). Its objects outlive the process that made them and are charged to no cgroup: at the
+  process level, which has no IPC namespace, a notebook left 3 GB of shared memory on the host. Refused at
+  every level, not only the process level, so that a notebook behaves the same wherever it is graded, and so
+  that no level lets a kernel attach to (``shmat``) or read (``msgrcv``) the host's existing objects by id.
+  Nothing a notebook of this course imports uses it (torch and multiprocessing use POSIX shared memory,
+  files under ``/dev/shm``).
 
 ``clone3`` answers ENOSYS: its flags live in memory a filter cannot read, and ENOSYS makes glibc fall back to
 ``clone``, whose flags the filter does check. libseccomp resolves syscall names and the architecture (so the
@@ -26,12 +34,15 @@ CMP_MASKED_EQ = 7
 NAMESPACE_FLAGS = (0x00020000, 0x04000000, 0x08000000, 0x10000000, 0x20000000, 0x40000000, 0x02000000,
                    0x00000080)  # NEWNS, NEWUTS, NEWIPC, NEWUSER, NEWPID, NEWNET, NEWCGROUP, NEWTIME
 
+SYSV_IPC = ("shmget", "shmat", "shmdt", "shmctl", "msgget", "msgsnd", "msgrcv", "msgctl", "semget", "semop",
+            "semtimedop", "semctl", "ipc")
 DENIED = ("socket", "ptrace", "process_vm_readv", "process_vm_writev", "pidfd_getfd",
           "unshare", "setns", "mount", "umount2", "pivot_root", "chroot", "open_tree", "move_mount", "fsopen",
           "fsconfig", "fsmount", "fspick", "mount_setattr",
           "bpf", "perf_event_open", "userfaultfd", "io_uring_setup", "io_uring_enter", "io_uring_register",
           "keyctl", "add_key", "request_key", "init_module", "finit_module", "delete_module", "kexec_load",
-          "kexec_file_load", "open_by_handle_at", "reboot", "swapon", "swapoff", "acct")
+          "kexec_file_load", "open_by_handle_at", "reboot", "swapon", "swapoff", "acct",
+          *SYSV_IPC)
 
 
 def act_errno(code: int) -> int:

@@ -504,6 +504,105 @@ sys.stderr.write("on stderr too: \\udfff\\n")
 """
 
 
+# a kernel that says the grader broke: a progress frame that claims no cell has run yet, then an "abort" (what the
+# kernel sends when its jail cannot be built) whose text paints the instructor's terminal, on every descriptor
+FORGED_ABORT = """
+import json, os, struct
+def frame(obj):
+    data = json.dumps(obj).encode()
+    return struct.pack(">I", len(data)) + data
+paint = "\\x1b[2J\\x1b[31mFATAL\\r\\x07 grader exploded\\x1b]0;pwned\\x07\\x1b[0m\\u202e"
+for fd in range(3, 100):
+    try:
+        os.write(fd, frame({"progress": None}) + frame({"abort": "Traceback\\nRuntimeError: " + paint}))
+    except OSError:
+        pass
+os._exit(4)
+"""
+
+# a result frame that is valid JSON to Python's reader but holds NaN, which the grader's own writers refuse
+FORGED_NAN_RESULT = """
+import os, struct
+data = b'{"done":true,"truncated":false,"cells":{"0":{"outputs":[],"execution_count":NaN}}}'
+for fd in range(3, 100):
+    try:
+        os.write(fd, struct.pack(">I", len(data)) + data)
+    except OSError:
+        pass
+os._exit(0)
+"""
+
+# 100 MB of numbers as the result: under the raw size cap, but every "9e15" decodes to a float object and
+# re-encodes as "9000000000000000.0"
+# (the cell ignores its timeout alarm, so a slow machine cannot cut the write short and make this another case;
+# writev sends the parts without copying them into one 100 MB buffer)
+OVERSIZED_RESULT = """
+import os, signal, struct
+signal.signal(signal.SIGALRM, signal.SIG_IGN)
+head, numbers, tail = b'{"done":true,"cells":{},"truncated":false,"pad":[', b"9e15," * (20 << 20), b'0]}'
+for fd in range(3, 100):
+    try:
+        os.writev(fd, [struct.pack(">I", len(head) + len(numbers) + len(tail)), head, numbers, tail])
+    except OSError:
+        pass
+os._exit(0)
+"""
+
+# the grader's own pipes, one, two and three levels up (monitor, zygote, engine), opened through /proc: a pipe
+# opened there is writable whichever end the descriptor is. Reached, a forged report would reach the engine.
+GRADER_PIPES = """
+import json, os, struct
+data = json.dumps({"status": "error", "reason": "forged"}).encode()
+reached, pid = 0, os.getppid()
+for _ in range(3):
+    if pid <= 1:
+        break
+    try:
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            if os.readlink(f"/proc/{pid}/fd/{fd}").startswith("pipe:"):
+                with open(f"/proc/{pid}/fd/{fd}", "wb", buffering=0) as fh:
+                    fh.write(struct.pack(">I", len(data)) + data)
+                    reached += 1
+    except OSError as exc:
+        print("refused", type(exc).__name__)
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            pid = int(fh.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError):
+        break
+print("reached", reached, "of the grader's pipes")
+"""
+
+# System V IPC outlives the process that made it: a 256 MB shared memory segment, touched, stays on the host
+# (and outside the memory limit) unless the grader refuses it or removes it
+SYSV_IPC = """
+import ctypes, errno
+libc = ctypes.CDLL(None, use_errno=True)
+libc.shmat.restype = ctypes.c_void_p
+IPC_PRIVATE, IPC_CREAT = 0, 0o1000
+calls = {"shmget": lambda: libc.shmget(IPC_PRIVATE, ctypes.c_size_t(256 << 20), IPC_CREAT | 0o600),
+         "msgget": lambda: libc.msgget(IPC_PRIVATE, IPC_CREAT | 0o600),
+         "semget": lambda: libc.semget(IPC_PRIVATE, 4, IPC_CREAT | 0o600)}
+for name, call in calls.items():
+    ident = call()
+    if ident < 0:
+        print(name, "refused", errno.errorcode[ctypes.get_errno()])
+        continue
+    print(name, "created", ident)
+    if name == "shmget":
+        addr = libc.shmat(ident, None, 0)
+        if addr not in (None, ctypes.c_void_p(-1).value):
+            ctypes.memset(addr, 1, 256 << 20)
+            print("shm touched")
+"""
+
+# an empty list where a number is expected: a value of another type and size never passes
+EMPTY_VARIANCE = """
+def dot_product_variance(d, num_samples=20000, scaled=False, generator=None):
+    return []
+"""
+
+
 def _hostile_file(ctx: Ctx) -> bytes:
     """The reference with a lone surrogate in a cell's source and metadata nested 600 levels deep."""
     nb = nbformat.from_dict(json.loads(json.dumps(reference(ctx))))
@@ -690,6 +789,30 @@ CASES = [
          reason="malformed JSON (nested deeper than Python can read)"),
     Case("not_utf8", "a notebook saved in UTF-16", lambda ctx: json.dumps({"cells": []}).encode("utf-16"),
          "zero", 0.0, reason="malformed JSON (the file is not UTF-8 text)"),
+    Case("forged_abort_frame", "a notebook that writes the kernel's own 'setup failed' frame, with terminal escape "
+         "codes, then exits: the learner's zero with the text cleaned, never a grader failure",
+         lambda ctx: insert_after(reference(ctx), "setup", FORGED_ABORT),
+         "zero", 0.0, reason="kernel died (the notebook broke the Python it runs in: RuntimeError: FATAL grader exploded)"),
+    Case("forged_nan_result", "a result frame holding NaN (valid to Python's reader, refused by the grader's "
+         "writers): the learner's zero, never a silent monitor",
+         lambda ctx: insert_after(reference(ctx), "setup", FORGED_NAN_RESULT),
+         "zero", 0.0, reason="the notebook interfered with the grader's result channel"),
+    Case("oversized_result", "100 MB of numbers as the result: refused before it is decoded past a budget, "
+         "never re-encoded larger",
+         lambda ctx: insert_after(reference(ctx), "setup", OVERSIZED_RESULT),
+         "zero", 0.0, reason="the notebook interfered with the grader's result channel"),
+    Case("grader_pipes_via_proc", "tries to write forged reports into the monitor's, zygote's and engine's pipes "
+         "through /proc/<pid>/fd: none is reachable (pid namespace; Landlock at the process level)",
+         lambda ctx: insert_after(reference(ctx), "setup", GRADER_PIPES),
+         "graded", FULL, outputs_contain=("reached 0 of the grader's pipes",)),
+    Case("sysv_ipc", "creates a System V shared memory segment (256 MB, touched), a message queue and a "
+         "semaphore set: refused (seccomp) at every level, nothing left on the host",
+         lambda ctx: insert_after(reference(ctx), "setup", SYSV_IPC),
+         "graded", FULL, outputs_contain=("shmget refused EPERM", "msgget refused EPERM", "semget refused EPERM"),
+         outputs_lack=("created", "touched")),
+    Case("empty_answer", "dot_product_variance returns [] where a number is expected: loses the variance points",
+         lambda ctx: append(reference(ctx), "dot_product_variance", EMPTY_VARIANCE),
+         "graded", FULL - 2, failing=VARIANCE),
     Case("warning", "a correct answer that warns and writes to stderr keeps its points",
          lambda ctx: append(reference(ctx), "scaled_dot_product_attention",
                             "import warnings\n_real_sdpa = scaled_dot_product_attention\n"

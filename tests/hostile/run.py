@@ -19,11 +19,14 @@ from autograder.isolation import Engine, Limits
 from .cases import CASES, CHAPTER, LIMITS, Ctx
 
 
-def write_cases(ctx: Ctx) -> dict[str, Path]:
-    """Every case's file under grading/submitted/hostile/<case>/, and the reference as "__after__"."""
+def write_cases(ctx: Ctx, names=None) -> dict[str, Path]:
+    """Every case's file (or those in ``names``) under grading/submitted/hostile/<case>/, and the reference as
+    "__after__"."""
     base = ctx.course.grading / "submitted" / "hostile"
     paths = {}
     for case in CASES:
+        if names is not None and case.name not in names:
+            continue
         built = case.build(ctx)
         path = base / case.name / case.file_name
         path.parent.mkdir(parents=True)
@@ -37,6 +40,19 @@ def write_cases(ctx: Ctx) -> dict[str, Path]:
     nbformat.write(submissions.reference(ctx.course, CHAPTER), path)
     paths["__after__"] = path
     return paths
+
+
+def sysv_ipc_objects() -> set[tuple[str, str]]:
+    """The System V IPC objects of this IPC namespace (the host's, seen from the test): ``(kind, id)``."""
+    out = set()
+    for kind in ("shm", "msg", "sem"):
+        try:
+            with open(f"/proc/sysvipc/{kind}") as fh:
+                lines = fh.read().splitlines()[1:]
+        except OSError:
+            continue
+        out |= {(kind, line.split()[1]) for line in lines if len(line.split()) > 1}
+    return out
 
 
 def grade_cases(engine: Engine, paths: dict[str, Path]) -> dict[str, dict]:
