@@ -7,7 +7,8 @@ For each chapter:
 2. drop the outputs of solution cells and graded test cells (they would reveal hidden checks);
 3. run ``nbgrader generate_assignment`` on that executed copy with output clearing switched off, which
    strips solutions and hidden tests, locks cells and registers the chapter in the gradebook;
-4. mark the result as generated and write it to ``chapters/<id>/<id>.ipynb``.
+4. add how to get the learner kit to the first markdown cell (:data:`KIT_LINE`), mark the result as generated
+   and write it to ``chapters/<id>/<id>.ipynb``.
 """
 from __future__ import annotations
 
@@ -29,6 +30,14 @@ WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
 GENERATED_NOTE = (
     "*This notebook is generated from `solutions/{chapter}/{chapter}.ipynb` by "
     "`python -m autograder release`. Edit the source, not this file.*"
+)
+
+
+# One line on every chapter page (and in the notebook its download button gives): how to get something that runs.
+KIT_LINE = (
+    "**Run this notebook yourself** with the course kit (the notebooks, the `attention_course` package they "
+    "import and a self-check; no answers): your instructor hands it out, or build it in the course repository "
+    "with `python -m autograder kit --out attention-kit` and follow its README."
 )
 
 
@@ -73,6 +82,8 @@ def generate(course: Course, chapters: list[str], out_dir: Path, db_url: str) ->
 def _finish(released: Path, chapter: str, out_dir: Path) -> Path:
     """Mark nbgrader's release of ``chapter`` as generated and copy it to ``out_dir/<chapter>/``."""
     nb = nbformat.read(released / f"{chapter}.ipynb", as_version=4)
+    first = next(c for c in nb.cells if c.cell_type == "markdown")
+    first.source = first.source.rstrip("\n") + "\n\n" + KIT_LINE
     nb.metadata["attention_course"] = {"generated_from": f"solutions/{chapter}/{chapter}.ipynb",
                                        "generator": "python -m autograder release"}
     note = nbformat.v4.new_markdown_cell(GENERATED_NOTE.format(chapter=chapter))
