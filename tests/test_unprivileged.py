@@ -11,7 +11,8 @@ What it proves on this machine (cgroup v1, so the account has no cgroup: limits 
   the blank zero and sampled catalogued mistakes exactly the per-cell scores the root level gives;
 - the hostile corpus holds at ``user-rlimits`` and ``process-rlimits`` (tests/hostile/levels.py), and with
   namespaces refused by a seccomp filter (as Docker's default profile does) ``auto`` falls back to the
-  process level, which holds on the cases that attack the file system, the network and the process table;
+  process level, which holds on the cases that attack the file system, the network, the process table, the
+  grader's own pipes and System V IPC (nothing is left in the host's IPC namespace);
 - a gradebook the account cannot write gives one clear line, not a traceback.
 """
 from __future__ import annotations
@@ -45,7 +46,8 @@ REPO = Course().root
 PYTHON = sys.executable
 SAMPLED_MISTAKES = ("softmax-over-queries", "additive-without-tanh", "sdpa-missing-scale", "variance-not-scaled")
 # with namespaces refused: the cases that attack what namespaces would have hidden
-REFUSED_NAMESPACE_CASES = ("read_solutions", "write_gradebook", "network", "fork_bomb", "__after__")
+REFUSED_NAMESPACE_CASES = ("read_solutions", "write_gradebook", "network", "fork_bomb", "grader_pipes_via_proc",
+                           "sysv_ipc", "__after__")
 
 
 def _blocking_dir(path: str) -> tuple[str, str] | None:
