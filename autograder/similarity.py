@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import argparse
 import ast
-import csv
 import html
 import io
 import keyword
@@ -358,18 +357,19 @@ def check_chapter(chapter: str, notebooks: list[tuple[str, object]], release_nb,
 
 
 def write_csv(path: Path, results: list[ChapterResult]) -> Path:
-    from .export import safe_cell
+    """``grading/similarity.csv``: one row per reference match and per similar pair (ids are learner text:
+    written through the grader's formula-safe CSV writer)."""
+    from .export import safe_writer
 
     path.parent.mkdir(parents=True, exist_ok=True)
     fields = ["chapter", "kind", "student_a", "student_b", "score", "shared", "fingerprints_a", "fingerprints_b"]
-    buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=fields)
-    writer.writeheader()
-    for r in results:
-        for row in r.rows():
-            writer.writerow({k: safe_cell(v) for k, v in row.items()})
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(buf.getvalue(), encoding="utf-8")
+    with open(tmp, "w", newline="", encoding="utf-8") as f:
+        writer = safe_writer(f)
+        writer.writerow(fields)
+        for r in results:
+            for row in r.rows():
+                writer.writerow([row[k] for k in fields])
     tmp.replace(path)
     return path
 
@@ -386,6 +386,8 @@ def run(course, chapters: list[str] | None = None, submitted: Path | None = None
     submitted = Path(submitted) if submitted else course.grading / "submitted"
     by_chapter: dict[str, list] = defaultdict(list)
     for task in discover(submitted, chapters):
+        if task.refusal:
+            continue  # not a regular notebook file: grading scores it zero with the reason
         try:
             nb, _ = read_submission(Path(task.path), task.chapter)
         except Unusable:

@@ -9,11 +9,10 @@ one against torch to prove it correct, then checks that no two learners are pair
 SOFTMAX = [
     '''
 def softmax(x, dim=-1):
-    if not torch.is_tensor(x) or not x.is_floating_point():
-        raise TypeError("need a float tensor")
-    z = x - x.amax(dim=dim, keepdim=True)
-    ez = torch.exp(z)
-    return ez / ez.sum(dim=dim, keepdim=True)
+    if not isinstance(x, torch.Tensor) or not torch.is_floating_point(x):
+        raise TypeError("x: expected a floating tensor")
+    stable = torch.exp(x - torch.amax(x, dim=dim).unsqueeze(dim))
+    return stable * (1 / torch.sum(stable, dim=dim)).unsqueeze(dim)
 ''',
     '''
 def softmax(x, dim=-1):
@@ -99,9 +98,11 @@ def softmax(x, dim=-1):
 POOLING = [
     '''
 def attention_pooling(weights, values):
-    if weights.shape[-1] != values.shape[-2]:
-        raise ValueError("weights and values disagree on the number of keys")
-    return weights @ values
+    n_keys = weights.shape[-1]
+    ok = values.ndim >= 2 and values.shape[-2] == n_keys
+    if not ok:
+        raise ValueError(f"values: need {n_keys} rows")
+    return torch.einsum("...ab,...bc->...ac", weights, values)
 ''',
     '''
 def attention_pooling(weights, values):
@@ -171,11 +172,10 @@ def attention_pooling(weights, values):
 SALIENCY = [
     '''
 def saliency_weights(items, temperature=1.0):
-    if temperature <= 0:
-        raise ValueError("temperature must be > 0")
-    centre = items.mean(dim=-2, keepdim=True)
-    dist = (items - centre).norm(dim=-1)
-    return softmax(dist / temperature)
+    if temperature > 0:
+        how_far = torch.norm(items - torch.mean(items, -2, True), p=2, dim=-1)
+        return softmax(how_far / temperature)
+    raise ValueError("temperature must be > 0")
 ''',
     '''
 def saliency_weights(items, temperature=1.0):
@@ -260,10 +260,9 @@ def saliency_weights(items, temperature=1.0):
 QUERY = [
     '''
 def query_weights(query, items, temperature=1.0):
-    if temperature <= 0:
-        raise ValueError("temperature must be > 0")
-    scores = query @ items.transpose(-2, -1)
-    return softmax(scores / temperature, dim=-1)
+    if temperature > 0:
+        return softmax(torch.einsum("...ad,...bd->...ab", query / temperature, items))
+    raise ValueError("temperature must be > 0")
 ''',
     '''
 def query_weights(query, items, temperature=1.0):

@@ -148,7 +148,7 @@ def test_the_reference_is_reported_apart_and_blanks_are_not_paired(release, refe
                                                         ref_sources.items()})),
                 ("ref_copy2", learner_notebook(release, ref_sources)),
                 ("blank1", copy.deepcopy(release)), ("blank2", copy.deepcopy(release)),
-                ("honest", learner_notebook(release, independent(3)))]
+                *((f"honest{i}", learner_notebook(release, independent(i))) for i in range(12))]
     result = similarity.check_chapter(CHAPTER, learners, release, reference)
     assert {p.a.student for p in result.reference} == {"ref_copy", "ref_copy2"}
     assert result.pairs == []  # two reference copiers are one finding each, not a pair; blanks share nothing
@@ -174,3 +174,29 @@ def test_fingerprints_survive_what_winnowing_promises():
     fa = similarity.fingerprints(similarity.normalise([a]))
     fb = similarity.fingerprints(similarity.normalise([b]))
     assert fa.keys() & fb.keys()
+
+
+def test_command_reads_the_submitted_layout_and_writes_the_csv(release, reference, tmp_path, capsys):
+    """`python -m autograder similarity CHAPTER --course ROOT`: nbgrader's submitted/ layout in, the pairs out
+    (printed and in grading/similarity.csv, formula-like ids neutralised); a symlinked notebook is skipped."""
+    import csv
+
+    course = Course().copy_to(tmp_path / "course")
+    submitted = course.grading / "submitted"
+    work = {"=HYPERLINK(1)": independent(4), "copier": {g: disguise(s, random.Random(2))
+                                                       for g, s in independent(4).items()},
+            "honest": independent(5)}
+    for student, sources in work.items():
+        folder = submitted / student / CHAPTER
+        folder.mkdir(parents=True)
+        nbformat.write(learner_notebook(release, sources), folder / f"{CHAPTER}.ipynb")
+    (submitted / "linker" / CHAPTER).mkdir(parents=True)
+    (submitted / "linker" / CHAPTER / f"{CHAPTER}.ipynb").symlink_to(course.source_notebook(CHAPTER))
+    from autograder.__main__ import main
+
+    assert main(["similarity", CHAPTER, "--course", str(course.root)]) == 0
+    printed = capsys.readouterr().out
+    assert "1 similar pair(s), 0 matching the reference" in printed
+    rows = list(csv.DictReader(open(course.grading / similarity.CSV_NAME, encoding="utf-8")))
+    assert [(r["kind"], {r["student_a"], r["student_b"]}) for r in rows] == [
+        ("pair", {"'=HYPERLINK(1)", "copier"})]
