@@ -119,6 +119,10 @@ def make_encoder():
     is_finite = math.isfinite
     type_of, is_instance, to_list, to_str, length = type, isinstance, list, str, len
     plain_types = (bool, int, str, type(None))
+    prod = math.prod
+
+    def extent(shape) -> int:  # what validate() caps: the product of the dims, a 0 counted as 1
+        return prod(s if s > 1 else 1 for s in shape)
 
     def array_record(arr) -> dict:  # tobytes() writes C order whatever the layout
         return {"dtype": np_dtype_name(nd_dtype(arr)), "shape": [int(s) for s in nd_shape(arr)],
@@ -135,7 +139,7 @@ def make_encoder():
             if device == "meta":  # a device audit: only where results live is checked
                 return {"tensor": {"dtype": name, "np_dtype": name, "shape": [int(s) for s in get_shape(t)],
                                    "device": "meta", "type": kind, "b64": ""}}
-            if numel(t) > MAX_ELEMENTS:
+            if numel(t) > MAX_ELEMENTS or extent(get_shape(t)) > MAX_ELEMENTS:
                 return {"unsupported": TOO_LARGE}
             host = cpu(t)
             if torch_dtype in widen_to:
@@ -155,7 +159,7 @@ def make_encoder():
             if is_instance(value, plain_tensor):
                 return {"unsupported": SUBCLASS}
             if t is ndarray:
-                if nd_size(value) > MAX_ELEMENTS:
+                if nd_size(value) > MAX_ELEMENTS or extent(nd_shape(value)) > MAX_ELEMENTS:
                     return {"unsupported": TOO_LARGE}
                 if nd_dtype(value).kind not in "biuf":
                     return {"unsupported": "ndarray"}
@@ -214,9 +218,17 @@ def _buffer(b64, np_dtype: str, shape: list) -> bytes | None:
 
 
 def _shape(value) -> list[int] | None:
+    """A claimed shape, if it is within the caps; else None.
+
+    Its *claimed extent*, the product of its dimensions with every 0 counted as 1, must be at most
+    ``MAX_ELEMENTS`` too, not only its size: a zero-size tensor shaped ``(15000, 15000, 0)`` holds no bytes,
+    yet a reduction over its last axis would allocate 15000 x 15000 on the trusted side. With this cap
+    anything a verdict derives from a record's shape (a sum over an axis, a broadcast) has at most
+    ``MAX_ELEMENTS`` items, whatever the record claims.
+    """
     if (not isinstance(value, list) or len(value) > MAX_DIMS
             or not all(type(s) is int and 0 <= s <= MAX_ELEMENTS for s in value)
-            or math.prod(value) > MAX_ELEMENTS):
+            or math.prod(max(s, 1) for s in value) > MAX_ELEMENTS):
         return None
     return value
 
@@ -286,8 +298,8 @@ def decode(data):
     if "tensor" in data:
         t = data["tensor"]
         shape = tuple(int(s) for s in t["shape"])
-        if t["device"] == "meta":
-            values = np.zeros(shape, dtype=np.float64)
+        if t["device"] == "meta":  # no values: a read-only view of one zero, never an allocation by shape
+            values = np.broadcast_to(np.zeros((), dtype=np.float64), shape)
         else:
             values = np.frombuffer(base64.b64decode(t["b64"]), dtype=np.dtype(t["np_dtype"])).reshape(shape)
         return DecodedTensor(values, str(t["dtype"]), str(t["device"]), str(t["type"]))

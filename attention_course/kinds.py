@@ -69,11 +69,24 @@ def kind(name: str) -> Kind | None:
     return REGISTRY.get(name)
 
 
-def decide(name: str, got, params: dict, reference=None) -> Verdict:
-    """Decide one check. ``params`` come from the trusted side; ``reference`` is the reference's value."""
+def decide(name: str, got, params: dict, reference=None, like=None) -> Verdict:
+    """Decide one check. ``params`` come from the trusted side; ``reference`` is the reference's value for a
+    kind that ``needs_reference``.
+
+    ``like`` is the form the learner's value must have (:func:`.verdicts.form_problem`): the trusted side
+    passes the reference's own recorded value for the same check, for every kind, so a value of another type,
+    dtype family, shape or size never reaches a verdict, whatever the kind (a new row is covered without a
+    word here). In a learner's kernel there is no reference: ``like`` is None and each verdict holds the value
+    to the form of its expected value (or, for a property, to being non-empty numbers).
+    """
     spec = REGISTRY.get(name)
     if spec is None:
         return verdicts.Verdict(False, f"internal error: unknown check kind {name!r}")
+    if like is not None:
+        problem = verdicts.form_problem(got, like)
+        if problem is not None:
+            hint = params.get("hint", "") if isinstance(params.get("hint", ""), str) else ""
+            return verdicts._fail(problem.message, hint, problem.hidden_message)
     return spec.decide(got, params, reference)
 
 

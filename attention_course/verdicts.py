@@ -1,14 +1,55 @@
 """The decisions behind every check, as pure functions of decoded values.
 
-:mod:`.kinds` says which of these decides which check kind. The same function decides a check twice: in the learner's kernel, for instant feedback, and in the
-trusted grading process, on the values the kernel recorded against the values a clean run of the
-reference produced. Nothing here imports torch or calls anything a learner could have patched.
+:mod:`.kinds` says which of these decides which check kind. The same function decides a check twice: in the
+learner's kernel, for instant feedback, and in the trusted grading process, on the values the kernel recorded
+against the values a clean run of the reference produced. Nothing here imports torch or calls anything a
+learner could have patched.
 
-Messages name the symptom (shape, dtype, axis, scale, NaN, mask) and never print expected values or
-hidden inputs.
+Messages name the symptom (shape, dtype, axis, scale, NaN, mask) and never print expected values or hidden
+inputs.
+
+The form rule (verdicts are strict)
+-----------------------------------
+A value passes a check only if it has the *form* of the value it is measured against: the same category
+(tensor, NumPy array, Python number, Python bool, list or tuple, string, None, dict) and, for a tensor or an
+array, the same dtype family (float, int, bool, complex) and exactly the same shape (so ``[]``, ``()``, an
+empty tensor or a 0-d tensor is never "close" to a number, and ``(1,)`` is not ``()``); a list or tuple has
+the same length and each item the form of the corresponding item. On the trusted side the form is that of
+the reference's own value for the same expression (every check in a reference profile records it; see
+:func:`form_problem` and :func:`.kinds.decide`); in a learner's kernel, which has no reference, it is that of
+the expected value. What legitimately varies, decided from what the course's reference solutions return
+(every recorded value of chapters 1-9): a Python ``int`` and ``float`` are one category (counts are ints,
+losses floats, and ``6 == 6.0``); a list and a tuple are one category; a ``Parameter`` is a tensor. A Python
+number as the expected value of a tensor means "every entry equals it" (test authors write
+``close(out[..., 3:], 0.0)``: 37 checks): the tensor must then be non-empty, of a float or int dtype, and on
+the trusted side still have the reference's form. The exact dtype is compared only where ``check_dtype``
+asks and the expected value has a dtype.
+
+The feedback budget (what a learner's value can make a message say)
+--------------------------------------------------------------------
+A failure message of a visible check is shown on the learner's feedback page, and the learner's process
+chose the value it describes: anything a message quotes from that value is a channel out of the grader
+(hidden test inputs were once read out of the shapes of empty tensors). So every quote goes through one of
+the quantisers below, each with a small fixed set of outputs, and nothing else from the learner's value is
+ever formatted into a message:
+
+- :func:`shape_text`: at most ``SHOWN_DIMS`` (4) dimensions, each shown exactly up to ``SHOWN_MAX`` (64) and
+  as ``>64`` above; more dimensions are "(more than 4 dimensions)" (< 2^24.2 outputs);
+- :func:`count_text`: a count exactly up to 64, "more than 64" above (65 outputs);
+- :func:`number_text`: 3 significant digits between 0.001 and 1000 in size, three fixed words outside
+  (< 2^13.4 outputs);
+- dtypes come from the wire format's fixed list, type names from Python's own (``encoding.PYTHON_NAMES``),
+  categories from :data:`CATEGORY_NAMES`.
+
+A message quotes at most one shape, or at most two counts and one number, on top of the choice of its
+sentence (fewer than 64 sentences): at most ``FEEDBACK_BITS`` (32) bits per message, whatever the value.
+Hidden checks have their own message (:attr:`Verdict.hidden`), which quotes nothing of the learner's value: the
+symptom's sentence only (and an exception's name from :data:`HIDDEN_EXCEPTION_NAMES`), at most
+``HIDDEN_FEEDBACK_BITS`` (8) bits. ``tests/test_verdict_properties.py`` checks both.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -22,109 +63,294 @@ TOLERANCES = {
     "bfloat16": (2e-2, 2e-2),
     "float16": (5e-3, 5e-3),
 }
-_EXACT = (0.0, 0.0)
+
+SHOWN_DIMS = 4
+SHOWN_MAX = 64
+FEEDBACK_BITS = 32
+HIDDEN_FEEDBACK_BITS = 8
+# The exceptions a hidden check's message may name (an honest mistake raises one of these); any other
+# class is "another exception". A fixed list of 8: 3 bits, inside the hidden budget.
+HIDDEN_EXCEPTION_NAMES = ("ValueError", "TypeError", "RuntimeError", "IndexError", "KeyError", "AttributeError",
+                          "ZeroDivisionError", "NotImplementedError")
 
 
 @dataclass(frozen=True)
 class Verdict:
     passed: bool
     message: str
+    hidden: str = ""  # the message for a hidden check: nothing quoted from the learner's value
+
+    @property
+    def hidden_message(self) -> str:
+        return self.hidden or self.message
 
 
 PASS = Verdict(True, "")
 
 
-def _fail(message: str, hint: str = "") -> Verdict:
-    return Verdict(False, f"{message}. {hint}".strip() if hint else message)
+def _fail(message: str, hint: str = "", hidden: str | None = None) -> Verdict:
+    """A failed verdict. ``hidden`` is the same sentence with every quote of the learner's value left out
+    (``None``: the message quotes nothing of it)."""
+    def with_hint(text: str) -> str:
+        return f"{text}. {hint}".strip() if hint else text
+
+    return Verdict(False, with_hint(message), with_hint(message if hidden is None else hidden))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# quantisers: the only way a learner's value reaches a message (see "The feedback budget")
+
+
+def shape_text(shape) -> str:
+    shape = tuple(int(s) for s in shape)
+    if len(shape) > SHOWN_DIMS:
+        return f"(more than {SHOWN_DIMS} dimensions)"
+    dims = [str(d) if d <= SHOWN_MAX else f">{SHOWN_MAX}" for d in shape]
+    return "(" + ", ".join(dims) + ("," if len(dims) == 1 else "") + ")"
+
+
+def count_text(n: int) -> str:
+    return str(int(n)) if n <= SHOWN_MAX else f"more than {SHOWN_MAX}"
+
+
+def number_text(x: float) -> str:
+    if not math.isfinite(x):
+        return "not a finite number"
+    if abs(x) < 1e-3:
+        return "about 0"
+    if abs(x) >= 1e3:
+        return "more than 1000 in size"
+    return f"{x:.3g}"
+
+
+def _shape_exact(shape) -> str:
+    """An expected shape (the test's, not the learner's): shown as it is."""
+    shape = tuple(int(s) for s in shape)
+    return "(" + ", ".join(map(str, shape)) + ("," if len(shape) == 1 else "") + ")"
+
+
+# ---------------------------------------------------------------------------------------------------------
+# forms
+
+
+CATEGORY_NAMES = {"tensor": "a tensor", "array": "a NumPy array", "number": "a Python number",
+                  "bool": "a Python bool", "sequence": "a list or tuple", "str": "a string", "None": "None",
+                  "dict": "a dict"}
+_FAMILIES = {"f": "float", "i": "int", "u": "int", "b": "bool", "c": "complex"}
+
+
+def _family(dtype: str) -> str:
+    if dtype == "bfloat16":
+        return "float"
+    try:
+        return _FAMILIES.get(np.dtype(dtype).kind, "other")
+    except TypeError:
+        return "other"
+
+
+def _category(value) -> str:
+    if isinstance(value, DecodedTensor):
+        return "tensor"
+    if isinstance(value, np.ndarray):
+        return "array"
+    if type(value) is bool:
+        return "bool"
+    if type(value) in (int, float):
+        return "number"
+    if type(value) in (list, tuple):
+        return "sequence"
+    if type(value) is str:
+        return "str"
+    if value is None:
+        return "None"
+    if type(value) is dict:
+        return "dict"
+    return "unsupported"
+
+
+def _what(value) -> str:
+    """What a value is, in a fixed vocabulary (Python's own type names at most)."""
+    category = _category(value)
+    if category != "unsupported":
+        return CATEGORY_NAMES[category]
+    if isinstance(value, Unsupported):
+        if value.type_name == SUBCLASS:
+            return "a tensor subclass"
+        return f"a {value.type_name}"  # on the trusted side: one of our notes or Python's own names
+    return f"a {type(value).__name__}"
+
+
+def _dtype_of(value) -> str:
+    return value.dtype if isinstance(value, DecodedTensor) else str(value.dtype)
+
+
+def _not_tensor_problem(value) -> tuple[str, str] | None:
+    """Why a tensor cannot be used at all (a subclass, the meta device), as (message, hidden message)."""
+    if isinstance(value, Unsupported) and value.type_name == SUBCLASS:
+        return "got a tensor subclass; return a plain torch.Tensor", None
+    if isinstance(value, DecodedTensor):
+        if value.type_name not in ("Tensor", "Parameter"):
+            return "got a tensor subclass; return a plain torch.Tensor", None
+        if value.device == "meta":
+            return "got a tensor on the meta device, which holds no values", None
+    return None
+
+
+def form_problem(got, like, depth: int = 0) -> Verdict | None:
+    """Why ``got`` does not have the form of ``like`` (see "The form rule"), or None when it does.
+
+    ``like`` is a value the grader trusts (the reference's, or the test's expected value). Never allocates:
+    it compares types, dtypes and claimed shapes only.
+    """
+    broken = _not_tensor_problem(got)
+    if broken:
+        return _fail(broken[0], hidden=broken[1])
+    c_got, c_like = _category(got), _category(like)
+    if c_like == "unsupported":  # the reference recorded something without a form (a function, say)
+        return None
+    if c_got != c_like:
+        return _fail(f"expected {CATEGORY_NAMES[c_like]}, got {_what(got)}", hidden="the result has the wrong type")
+    if c_like in ("tensor", "array"):
+        if isinstance(like, DecodedTensor) and like.device == "meta":
+            return None
+        if tuple(got.shape) != tuple(like.shape):
+            return _fail(f"result has shape {shape_text(got.shape)} but should have shape {_shape_exact(like.shape)}",
+                         hidden="the result has the wrong shape")
+        if _family(_dtype_of(got)) != _family(_dtype_of(like)):
+            return _fail(f"result has dtype {_dtype_of(got)} but should have a {_family(_dtype_of(like))} dtype",
+                         hidden="the result has the wrong dtype")
+    if c_like == "sequence":
+        if len(got) != len(like):
+            return _fail(f"result has {count_text(len(got))} items but should have {len(like)}",
+                         hidden="the result has the wrong number of items")
+        if depth < 32:
+            for g, w in zip(got, like):
+                problem = form_problem(g, w, depth + 1)
+                if problem:
+                    return _fail(f"an item of the result: {problem.message}",
+                                 hidden=f"an item of the result: {problem.hidden_message}")
+    return None
 
 
 def _as_numbers(value):
-    """A decoded value as (ndarray, dtype name, type problem or None)."""
-    if isinstance(value, Unsupported):
-        if value.type_name == SUBCLASS:
-            return None, None, "got a tensor subclass; return a plain torch.Tensor"
-        return None, None, f"got a {value.type_name}, not a tensor or number"
+    """A decoded value of a numeric form as (ndarray, dtype name); ``None`` when it is not numbers."""
     if isinstance(value, DecodedTensor):
-        if value.type_name not in ("Tensor", "Parameter"):
-            return None, None, f"got a tensor subclass ({value.type_name}); return a plain torch.Tensor"
-        if value.device == "meta":
-            return None, None, "got a tensor on the meta device, which holds no values"
-        return np.asarray(value.values, dtype=np.float64), value.dtype, None
+        return np.asarray(value.values, dtype=np.float64), value.dtype
     if isinstance(value, np.ndarray):
-        return value.astype(np.float64), str(value.dtype), None
-    if type(value) in (int, float, bool):
-        return np.asarray(float(value)), "python", None
-    if isinstance(value, (list, tuple)):
+        return value.astype(np.float64), str(value.dtype)
+    if type(value) in (int, float):
+        return np.asarray(float(value)), "python"
+    if type(value) in (list, tuple):
         try:
-            return np.asarray(value, dtype=np.float64), "python", None
+            return np.asarray(value, dtype=np.float64), "python"
         except (TypeError, ValueError):
-            return None, None, "got a nested sequence that is not a rectangular array of numbers"
-    return None, None, f"got {type(value).__name__}, not a tensor or number"
+            return None, None
+    return None, None
 
 
-def _symptom(got: np.ndarray, want: np.ndarray, bad: np.ndarray) -> str:
-    """Why two arrays of the same shape differ, in words a learner can act on."""
+def _symptom(got: np.ndarray, want: np.ndarray, bad: np.ndarray) -> tuple[str, str]:
+    """Why two arrays of the same shape differ, in words a learner can act on: (message, hidden message)."""
     n_bad, n = int(bad.sum()), bad.size
-    base = f"{n_bad} of {n} values are wrong"
+    base = f"{count_text(n_bad)} of {count_text(n)} values are wrong"
+    hidden = "all values are wrong" if n_bad == n else "some values are wrong"
     if got.ndim >= 2 and got.shape[-1] == got.shape[-2]:
         if np.allclose(np.swapaxes(got, -1, -2), want, rtol=1e-4, atol=1e-6):
-            return base + "; the result looks transposed (rows and columns swapped)"
+            more = "; the result looks transposed (rows and columns swapped)"
+            return base + more, hidden + more
     nz = np.abs(want) > 1e-12
     if nz.any():
-        ratio = got[nz] / want[nz]
+        with np.errstate(all="ignore"):
+            ratio = got[nz] / want[nz]
         factor = ratio.flat[0]
         if (np.all(np.isfinite(ratio)) and np.allclose(ratio, factor, rtol=1e-3) and abs(factor - 1) > 1e-3
                 and abs(factor) > 1e-6):
-            return base + f"; every value is off by the same factor ({factor:.3g}): check the scaling"
+            return (base + f"; every value is off by the same factor ({number_text(float(factor))}): check the scaling",
+                    hidden + "; every value is off by the same factor: check the scaling")
     if not np.any(got):
-        return base + "; the result is all zeros (or all False)"
+        more = "; the result is all zeros (or all False)"
+        return base + more, hidden + more
     if got.ndim >= 1 and want.ndim >= 1:
         want_rows, got_rows = want.sum(-1), got.sum(-1)
         if np.allclose(want_rows, 1.0, atol=1e-4) and not np.allclose(got_rows, 1.0, atol=1e-4):
-            return base + "; rows should sum to 1 but do not: check the softmax axis"
+            more = "; rows should sum to 1 but do not: check the softmax axis"
+            return base + more, hidden + more
         if np.allclose(want_rows, got_rows, rtol=1e-4, atol=1e-5) and got.ndim >= 2:
-            return base + "; each row has the right total but the wrong distribution"
+            more = "; each row has the right total but the wrong distribution"
+            return base + more, hidden + more
     if n_bad and np.all(want[bad] == 0):
-        return base + "; only entries that should be exactly 0 are wrong: is the mask applied?"
-    return base
+        more = "; only entries that should be exactly 0 are wrong: is the mask applied?"
+        return base + more, hidden + more
+    return base, hidden
+
+
+def _numeric_problem(got, what: str = "a tensor or a number", empty_ok: bool = False) -> Verdict | None:
+    """A property check's value must be numbers: a tensor, an array or a Python number (not a bool), and
+    hold at least one value (unless the check's own expected form is empty)."""
+    broken = _not_tensor_problem(got)
+    if broken:
+        return _fail(broken[0])
+    if _category(got) not in ("tensor", "array", "number"):
+        return _fail(f"expected {what}, got {_what(got)}", hidden="the result has the wrong type")
+    if not empty_ok and _category(got) != "number" and math.prod(got.shape) == 0:
+        return _fail(f"got an empty result of shape {shape_text(got.shape)}", hidden="got an empty result")
+    return None
 
 
 def compare(got, want, rtol: float | None = None, atol: float | None = None, hint: str = "",
             check_dtype: bool = True) -> Verdict:
-    """Is ``got`` numerically ``want`` (shape, dtype, NaN pattern, values)?"""
-    g, g_dtype, problem = _as_numbers(got)
+    """Is ``got`` numerically ``want`` (form, dtype, NaN pattern, values)? See "The form rule"."""
+    if _category(want) not in ("tensor", "array", "number", "sequence") or _as_numbers(want)[0] is None:
+        return _fail("internal error: expected value is unusable")  # the test, not the learner, is wrong
+    if _category(want) == "number" and _category(got) in ("tensor", "array"):
+        # every entry equals ``want``: a non-empty tensor of numbers
+        problem = _numeric_problem(got)
+        if problem is None and _family(_dtype_of(got)) not in ("float", "int"):
+            problem = _fail(f"result has dtype {_dtype_of(got)} but should hold numbers",
+                            hidden="the result has the wrong dtype")
+    else:
+        problem = form_problem(got, want)
     if problem:
-        return _fail(problem, hint)
-    w, w_dtype, problem = _as_numbers(want)
-    if problem:  # the expectation itself is broken: the test, not the learner, is wrong
-        return _fail(f"internal error: expected value is unusable ({problem})")
-    if w.ndim and g.shape != w.shape:
-        return _fail(f"result has shape {tuple(g.shape)} but should have shape {tuple(w.shape)}", hint)
-    if check_dtype and w_dtype not in (None, "python") and g_dtype != w_dtype:
-        return _fail(f"result has dtype {g_dtype} but should have dtype {w_dtype} (keep the inputs' dtype)", hint)
+        return _fail(problem.message, hint, problem.hidden_message)
+    g, g_dtype = _as_numbers(got)
+    w, w_dtype = _as_numbers(want)
+    if g is None:
+        return _fail("got a nested sequence that is not a rectangular array of numbers", hint)
+    if g.shape != np.broadcast_shapes(g.shape, w.shape):  # forms agree, so only a malformed nesting gets here
+        return _fail("got a nested sequence that is not a rectangular array of numbers", hint)
+    if check_dtype and w_dtype != "python" and g_dtype != w_dtype:
+        return _fail(f"result has dtype {g_dtype} but should have dtype {w_dtype} (keep the inputs' dtype)", hint,
+                     "the result has the wrong dtype (keep the inputs' dtype)")
     dtype = w_dtype if w_dtype in TOLERANCES else (g_dtype if g_dtype in TOLERANCES else "float64")
     d_rtol, d_atol = TOLERANCES.get(dtype, TOLERANCES["float64"])
     rtol = d_rtol if rtol is None else rtol
     atol = d_atol if atol is None else atol
-    g_nan, w_nan = np.isnan(g), np.isnan(np.broadcast_to(w, g.shape))
-    if g_nan.any() and not w_nan.any():
-        return _fail(f"result contains NaN in {int(g_nan.sum())} of {g.size} places (an empty row, "
-                     "an overflow, or 0/0?)", hint)
-    if np.isinf(g).any() and not np.isinf(w).any():
-        return _fail("result contains inf: something overflowed (subtract the maximum before exp?)", hint)
     wb = np.broadcast_to(w, g.shape)
+    g_nan, w_nan = np.isnan(g), np.isnan(wb)
+    if g_nan.any() and not w_nan.any():
+        return _fail(f"result contains NaN in {count_text(int(g_nan.sum()))} of {count_text(g.size)} places (an "
+                     "empty row, an overflow, or 0/0?)", hint,
+                     "result contains NaN in some places (an empty row, an overflow, or 0/0?)")
+    if np.isinf(g).any() and not np.isinf(wb).any():
+        return _fail("result contains inf: something overflowed (subtract the maximum before exp?)", hint)
     ok = np.isclose(g, wb, rtol=rtol, atol=atol, equal_nan=True)
     if ok.all():
         return PASS
-    return _fail(_symptom(g, np.asarray(wb), ~ok), hint)
+    message, hidden = _symptom(g, np.asarray(wb), ~ok)
+    return _fail(message, hint, hidden)
 
 
 def sums_to_one(got, dim: int = -1, hint: str = "") -> Verdict:
-    g, _, problem = _as_numbers(got)
+    problem = _numeric_problem(got, "a tensor of weights")
     if problem:
-        return _fail(problem, hint)
-    if g.ndim == 0:
+        return _fail(problem.message, hint, problem.hidden_message)
+    if _category(got) == "number" or len(got.shape) == 0:
         return _fail("got a scalar where a tensor of weights was expected", hint)
+    if _family(_dtype_of(got)) != "float":
+        return _fail(f"weights have dtype {_dtype_of(got)}; weights are floating-point numbers", hint,
+                     "the weights have the wrong dtype")
+    g, _ = _as_numbers(got)
+    if not -g.ndim <= dim < g.ndim:
+        return _fail(f"weights have no axis {dim}", hint, "the weights have too few dimensions")
     if np.isnan(g).any():
         return _fail("weights contain NaN", hint)
     totals = g.sum(axis=dim)
@@ -136,26 +362,36 @@ def sums_to_one(got, dim: int = -1, hint: str = "") -> Verdict:
     for ax in other:
         if np.allclose(g.sum(axis=ax), 1.0, rtol=1e-4, atol=1e-5):
             return _fail(f"weights sum to 1 along axis {ax - g.ndim} instead of axis {dim}: "
-                         "softmax was taken over the wrong axis", hint)
+                         "softmax was taken over the wrong axis", hint,
+                         f"weights sum to 1 along another axis than axis {dim}: softmax was taken over the wrong axis")
     return _fail(f"weights along axis {dim} must sum to 1 (they do not)", hint)
 
 
 def has_shape(got, shape, hint: str = "") -> Verdict:
-    g, _, problem = _as_numbers(got)
-    if problem:
-        return _fail(problem, hint)
+    broken = _not_tensor_problem(got)
+    if broken and "meta" not in broken[0]:  # where a result lives is all a shape check needs
+        return _fail(broken[0], hint)
+    if _category(got) not in ("tensor", "array"):
+        return _fail(f"expected a tensor, got {_what(got)}", hint, "the result has the wrong type")
     want = tuple(int(s) for s in shape)
-    if tuple(g.shape) != want:
-        return _fail(f"result has shape {tuple(g.shape)} but should have shape {want}", hint)
+    if tuple(got.shape) != want:
+        return _fail(f"result has shape {shape_text(got.shape)} but should have shape {_shape_exact(want)}", hint,
+                     "the result has the wrong shape")
     return PASS
 
 
 def is_finite(got, hint: str = "") -> Verdict:
-    g, _, problem = _as_numbers(got)
+    problem = _numeric_problem(got)
     if problem:
-        return _fail(problem, hint)
+        return _fail(problem.message, hint, problem.hidden_message)
+    if _category(got) != "number" and _family(_dtype_of(got)) not in ("float", "complex"):
+        # only floating-point numbers can be NaN or inf: an int or bool result says nothing (and is not one)
+        return _fail(f"result has dtype {_dtype_of(got)} but should hold floating-point numbers", hint,
+                     "the result has the wrong dtype")
+    g, _ = _as_numbers(got)
     if np.isnan(g).any():
-        return _fail(f"result contains NaN in {int(np.isnan(g).sum())} of {g.size} places", hint)
+        return _fail(f"result contains NaN in {count_text(int(np.isnan(g).sum()))} of {count_text(g.size)} places",
+                     hint, "result contains NaN in some places")
     if np.isinf(g).any():
         return _fail("result contains inf", hint)
     return PASS
@@ -167,16 +403,14 @@ def equals(got, want, hint: str = "") -> Verdict:
     Ints and floats compare by value; anything else must have ``want``'s type. The message never says what
     ``want`` is (a hidden yes/no answer is one bit: naming it would give it away).
     """
-    if isinstance(got, (DecodedTensor, np.ndarray, Unsupported)) or type(got) not in (bool, int, float, str,
-                                                                                      type(None)):
-        what = got.type_name if isinstance(got, Unsupported) else type(got).__name__
-        if isinstance(got, DecodedTensor):
-            what = "tensor"
-        return _fail(f"expected a plain Python {type(want).__name__}, got a {what}", hint)
+    wanted = "a plain Python " + type(want).__name__
+    if type(got) not in (bool, int, float, str, type(None)):
+        return _fail(f"expected {wanted}, got {'a tensor' if isinstance(got, DecodedTensor) else _what(got)}", hint,
+                     "the result has the wrong type")
     numbers = (int, float)
     if type(got) is type(want) or (type(got) in numbers and type(want) in numbers):
         return PASS if got == want else _fail("the answer is wrong", hint)
-    return _fail(f"expected a plain Python {type(want).__name__}, got {type(got).__name__}", hint)
+    return _fail(f"expected {wanted}, got {type(got).__name__}", hint, "the result has the wrong type")
 
 
 def is_true(got, hint: str = "") -> Verdict:
@@ -184,14 +418,15 @@ def is_true(got, hint: str = "") -> Verdict:
         return PASS
     if got is False:
         return _fail("condition does not hold", hint)
-    return _fail(f"expected a plain True/False, got {type(got).__name__}", hint)
+    return _fail(f"expected a plain True/False, got {_what(got)}", hint, "expected a plain True/False")
 
 
 def raised(got, expected_types, match: str | None = None, hint: str = "") -> Verdict:
     """``got`` is the recorded outcome: ``{"raised": type name or None, "message": str}``."""
     if not isinstance(got, dict):
         return _fail("no outcome was recorded", hint)
-    name, message = got.get("raised"), str(got.get("message", ""))
+    name, message = got.get("raised"), got.get("message", "")
+    message = message if isinstance(message, str) else ""
     wanted = " or ".join(expected_types)
     if name is not None and not isinstance(name, str):
         return _fail("no outcome was recorded", hint)
@@ -200,7 +435,9 @@ def raised(got, expected_types, match: str | None = None, hint: str = "") -> Ver
     if name is None:
         return _fail(f"bad input was accepted silently; raise {wanted} with a clear message", hint)
     if name not in expected_types:
-        return _fail(f"bad input raised {name}; raise {wanted} with a message that names the problem", hint)
+        shown = name if name in HIDDEN_EXCEPTION_NAMES else "another exception"
+        return _fail(f"bad input raised {name}; raise {wanted} with a message that names the problem", hint,
+                     f"bad input raised {shown}; raise {wanted} with a message that names the problem")
     if match and match.lower() not in message.lower():
         return _fail(f"the {name} message should mention '{match}'", hint)
     return PASS

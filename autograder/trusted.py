@@ -72,6 +72,7 @@ from pathlib import Path
 
 from attention_course.encoding import PYTHON_NAMES, decode, validate
 from attention_course.kinds import REGISTRY, decide
+from attention_course.verdicts import HIDDEN_EXCEPTION_NAMES
 
 HIDDEN_BEGIN = "BEGIN HIDDEN TESTS"
 
@@ -478,8 +479,8 @@ def decide_cell(spec: dict, records: list[dict], error: dict | None, grade_id: s
                 failures.append(f"{label}: no result recorded by the test itself (the notebook replaced the grader's "
                                 "recorder?)")
             continue
-        if count > 1:
-            failures.append(f"{label}: recorded {count} times; the notebook emitted a fake check record")
+        if count > 1:  # how many times is the learner's to choose: not quoted (the feedback budget)
+            failures.append(f"{label}: recorded more than once; the notebook emitted a fake check record")
             continue
         rec = by_key[key]
         try:
@@ -491,13 +492,18 @@ def decide_cell(spec: dict, records: list[dict], error: dict | None, grade_id: s
                     failures.append(f"{label}: the expected value was not recorded")
                     continue
                 params[expected] = decode(validate(rec["want"]))
-            reference = decode(validate(chk["ref_got"])) if REGISTRY[kind].needs_reference else None
-            verdict = decide(kind, got, params, reference)
-        except Exception as exc:  # noqa: BLE001 - a forged or broken record must not crash the grader
-            failures.append(f"{label}: the recorded value is unreadable ({type(exc).__name__})")
+            ref_got = decode(validate(chk["ref_got"])) if "ref_got" in chk else None
+            reference = ref_got if REGISTRY[kind].needs_reference else None
+            # The learner's value must have the form (type, dtype family, shape) of the reference's value for
+            # the same check, except at a self-consistency site, whose expected value is the learner's own
+            # (attention_course.verdicts, "The form rule").
+            like = None if chk["site"] in spec.get("keep_want_sites", []) else ref_got
+            verdict = decide(kind, got, params, reference, like)
+        except Exception:  # noqa: BLE001 - a forged or broken record must not crash the grader
+            failures.append(f"{label}: the recorded value is unreadable")  # no exception name: fixed text
             continue
-        if not verdict.passed:
-            failures.append(f"{label}: {redact_hidden(verdict.message) if hidden else verdict.message}")
+        if not verdict.passed:  # a hidden check's message quotes nothing of the learner's value
+            failures.append(f"{label}: {redact_hidden(verdict.hidden_message) if hidden else verdict.message}")
     messages = []
     if error is not None:
         ename = _name(error.get("ename", "Error"))
@@ -506,8 +512,9 @@ def decide_cell(spec: dict, records: list[dict], error: dict | None, grade_id: s
             messages.append(f"the cell did not finish{limit} and was interrupted")
         elif ename == "NotImplementedError":  # a blank exercise: the learner's first thing to do, said plainly
             messages.append(NOT_IMPLEMENTED)
-        elif hidden:
-            messages.append(f"the cell stopped with {ename} while running the hidden tests")
+        elif hidden:  # an exception name from a fixed list of 8 (the hidden feedback budget: verdicts.py)
+            shown = ename if ename in HIDDEN_EXCEPTION_NAMES else "an error"
+            messages.append(f"the cell stopped with {shown} while running the hidden tests")
         else:  # the message is the learner's process's text: it stays in the learner's own notebook
             messages.append(f"the cell stopped with {ename} (run this test in your notebook to see its message)")
     if hidden:  # many hidden checks often fail the same way: say it once
