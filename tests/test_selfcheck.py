@@ -36,6 +36,7 @@ def _answered(skip: str | None = None) -> dict:
     answers = {grade_id(c): "".join(c["source"]) for c in source["cells"] if is_solution(c)}
     nb = _release()
     for cell in nb["cells"]:
+        cell["source"] = "".join(cell["source"])  # one string, as Jupyter hands it to the kernel
         if is_solution(cell) and grade_id(cell) != skip:
             cell["source"] = "\n".join(line for line in answers[grade_id(cell)].splitlines()
                                        if not re.search(r"### (BEGIN|END) SOLUTION", line))
