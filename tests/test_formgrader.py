@@ -245,20 +245,25 @@ def test_an_attackers_notebook_runs_nothing_in_formgrader(graded, server, browse
     """Eve's grading page, opened as an instructor opens it: formgrader shows her notebook, every script of hers
     is inert, and her grades are what the grader gave."""
     course, scores, _ = graded
+    # Logged in to the whole Jupyter server, as an instructor who started JupyterLab is (formgrader's own login
+    # cookie covers /formgrader only): a script in the page could then use every Jupyter API.
+    browser.open(f"{server.base}/api/status?token={server.token}", "document.body")
     sub_id = _submission_id(browser, server, "eve")
     before = {g["name"]: (g["auto_score"], g["manual_score"]) for g in server.api(f"grades?submission_id={sub_id}")}
     page = browser.open(f"{server.base}/formgrader/submissions/{sub_id}/",
                         "window.formgrader && formgrader.grades && formgrader.grades.loaded")
     time.sleep(3)  # the payload waits for formgrader's grades and then saves: give it time to have done so
-    text = _text(page)
+    ran = page.evaluate("JSON.stringify(window.__pwned || null)")
+    written = sorted(p.name for p in course.root.glob("pwned-*"))  # files written through the contents API
+    after = {g["name"]: (g["auto_score"], g["manual_score"]) for g in server.api(f"grades?submission_id={sub_id}")}
+    assert (ran, written, after) == ("null", [], before), \
+        f"the learner's script ran: {ran}; wrote {written}; grades (auto, manual) {before} became {after}"
+    assert all(manual is None for _, manual in after.values()), after
     # The instructor still reads what the learner tried, as text: the removed outputs and the markdown cell.
+    text = _text(page)
     assert "[removed by the grader: application/javascript output, shown as text]" in text, text[-3000:]
     assert "[removed by the grader: text/html output, shown as text]" in text
     assert "My notes <script>" in text
-    assert page.evaluate("typeof window.__pwned") == "undefined", page.evaluate("JSON.stringify(window.__pwned)")
-    assert sorted(p.name for p in course.root.glob("pwned-*")) == []  # no file written through the contents API
-    after = {g["name"]: (g["auto_score"], g["manual_score"]) for g in server.api(f"grades?submission_id={sub_id}")}
-    assert after == before and all(manual is None for _, manual in after.values()), after
     page = browser.open(f"{server.base}/formgrader/manage_submissions/{CHAPTER}", TABLE_LOADED)
     score, max_score = scores["eve"]
     assert _table(page, "Student ID")["eve"]["Score"] == f"{score:g} / {max_score:g}"
