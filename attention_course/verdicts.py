@@ -45,7 +45,7 @@ A message quotes at most one shape, or at most two counts and one number, on top
 sentence (fewer than 64 sentences): at most ``FEEDBACK_BITS`` (32) bits per message, whatever the value.
 Hidden checks have their own message (:attr:`Verdict.hidden`), which quotes nothing of the learner's value: the
 symptom's sentence only (and an exception's name from :data:`HIDDEN_EXCEPTION_NAMES`), at most
-``HIDDEN_FEEDBACK_BITS`` (8) bits. ``tests/test_verdict_properties.py`` checks both.
+``HIDDEN_FEEDBACK_BITS`` (10) bits: one of fewer than 64 sentences, one of 9 names. ``tests/test_verdict_properties.py`` checks both.
 """
 from __future__ import annotations
 
@@ -67,7 +67,7 @@ TOLERANCES = {
 SHOWN_DIMS = 4
 SHOWN_MAX = 64
 FEEDBACK_BITS = 32
-HIDDEN_FEEDBACK_BITS = 8
+HIDDEN_FEEDBACK_BITS = 10
 # The exceptions a hidden check's message may name (an honest mistake raises one of these); any other
 # class is "another exception". A fixed list of 8: 3 bits, inside the hidden budget.
 HIDDEN_EXCEPTION_NAMES = ("ValueError", "TypeError", "RuntimeError", "IndexError", "KeyError", "AttributeError",

@@ -19,6 +19,7 @@ import math
 import re
 import time
 import tracemalloc
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -306,6 +307,10 @@ def test_the_stated_budget_covers_the_quantisers():
     assert len({verdicts.shape_text((d,)) for d in range(0, 5000)}) == per_dim
     assert len({verdicts.shape_text((2, 3, 4, 5) + tail) for tail in [(), (1,), (9, 9), (70,) * 20]}) == 2
     assert len(verdicts.HIDDEN_EXCEPTION_NAMES) <= 8
+    assert math.log2(sentences) + math.log2(8 + 1) <= verdicts.HIDDEN_FEEDBACK_BITS
+    # the sentences: every failure a verdict can state, and the decision's own (counted from the source)
+    source = Path(verdicts.__file__).read_text() + Path(trusted.__file__).read_text()
+    assert len(re.findall(r"_fail\(|\bmore = |failures\.append\(|messages\.append\(", source)) < sentences
 
 
 def _forged_tensor_record(values: np.ndarray, dtype: str = "float64") -> dict:
