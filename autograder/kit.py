@@ -70,7 +70,7 @@ This folder is all you need to work through the course: the chapter notebooks, t
 
 ## Install (once)
 
-Python 3.10 or newer; nothing else. From this folder:
+Python 3.11 or newer (the course's NumPy needs it); nothing else. From this folder:
 
 ```bash
 python3 -m venv .venv
