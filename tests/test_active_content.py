@@ -318,6 +318,6 @@ def test_an_attackers_notebook_graded_by_the_engine_is_written_inert(tmp_path_fa
     result["feedback_html"] = "<p>feedback</p>"
     batch.write_outputs(course, result)
     written = json.loads((course.grading / "autograded" / "eve" / CHAPTER / f"{CHAPTER}.ipynb").read_text())
-    learner = [c for c in written["cells"] if c["cell_type"] != "code" and "PWNMARK" in "".join(c["source"])]
+    learner = [c for c in written["cells"] if c["cell_type"] != "code" and "atob(" in "".join(c["source"])]
     assert len(learner) == 2 and all(c["source"].startswith(safe_output.LEARNER_TEXT_NOTE) for c in learner)
     assert [p for p in active_parts(formgrader_html(written)) if MARK in p or "atob(" in p] == []
