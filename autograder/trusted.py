@@ -618,7 +618,8 @@ def _lead(result: dict, names: dict[str, str]) -> list[str]:
 
 def feedback_html(result: dict) -> str:
     """One learner's feedback as a self-contained HTML fragment: per graded cell points, pass/fail and the
-    symptom messages. Every text in it is the grader's own (verdict symptoms, authors' hints, Python's own
+    symptom messages, led by what to fix first. Every text in it is the grader's own (verdict symptoms, authors' hints,
+    the exercise headings of the course's own source notebook, Python's own
     exception names, the reasons of ``_PUBLIC_REASONS``, the flags of the intake and the structure repair,
     which describe the submitted file): nothing the learner's process printed, raised or recorded as text,
     so nothing it read from a hidden test while it ran, however encoded."""
