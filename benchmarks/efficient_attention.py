@@ -4,17 +4,21 @@ The functions measured are the reference solutions of ``solutions/09_efficient_a
 solution cells and the cell that defines the memory tracker are executed here, so the notebook stays their
 only owner). Every figure is reported as a ratio against a baseline measured in the same run:
 
-- peak tensor memory of one attention call (``PeakTensorMemory``: the bytes of the tensors PyTorch operators
+- peak tensor memory of one attention call (the notebook's ``TensorMemoryMeter``: the bytes of the tensors PyTorch operators
   allocate, counted through a dispatch mode; exact and machine-independent, blind to a kernel's private
   scratch space), for naive attention (the baseline), ``tiled_attention`` and ``F.scaled_dot_product_attention``;
 - with ``--rss`` (Linux): the growth of the peak resident set size of a fresh process around the same single
   call (peak reset through ``/proc/self/clear_refs``), which does see a kernel's private buffers (coarser: the
   allocator, freed-but-kept pages and the page size blur it);
 - time of one attention call (median of ``--repeats``), naive as the baseline;
+- training: forward and backward time (median of ``--repeats``), the peak tensor memory of forward plus
+  backward, and the memory kept between them (what outlives the forward pass: the output and what autograd
+  saved), for naive attention through autograd (the baseline), ``flash_attention`` (hand-written backward
+  that recomputes tiles) and ``F.scaled_dot_product_attention`` through autograd (``--train-lengths``);
 - time per generated token with the KV cache against recomputing everything (the baseline), on ``ToyDecoder``.
 
-    .venv/bin/python benchmarks/efficient_attention.py [--lengths 1024 4096 8192] [--head-dim 32]
-        [--block-size 512] [--repeats 3] [--tokens 64 256] [--rss] [--threads 1]
+    .venv/bin/python benchmarks/efficient_attention.py [--lengths 1024 4096 8192] [--train-lengths 1024 4096]
+        [--head-dim 32] [--block-size 512] [--repeats 3] [--tokens 64 256] [--rss] [--threads 1]
 """
 from __future__ import annotations
 
@@ -32,7 +36,7 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 CHAPTER = "09_efficient_attention"
-TRACKER_CELL = "code-peak-memory"  # the notebook cell that defines PeakTensorMemory and naive_attention
+TRACKER_CELL = "code-peak-memory"  # the notebook cell that defines naive_attention (the meter is in the setup cell)
 
 
 def chapter_namespace() -> dict:
@@ -100,6 +104,51 @@ print(json.dumps((after - before) / 1024))
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+def train_rows(ns: dict, args) -> None:
+    """Forward and backward of one head: times, peak tensor memory and memory kept for backward, as ratios
+    against naive attention through autograd measured in the same run."""
+    import torch.nn.functional as F
+
+    methods = {"naive": ns["naive_attention"],
+               "flash": lambda q, k, v: ns["flash_attention"](q, k, v, block_size=args.block_size),
+               "sdpa": F.scaled_dot_product_attention}
+    meter = ns["TensorMemoryMeter"]
+    print(f"\ntraining: forward + backward of one head, d = {args.head_dim}, float32; ratios against naive "
+          f"(autograd) measured in this run")
+    print("    T  method  forward s  (x naive)  backward s  (x naive)  peak MiB  (x naive)  kept MiB  (x naive)")
+    for T in args.train_lengths:
+        q0, k0, v0 = inputs(T, args.head_dim)
+        grad_out = torch.randn(q0.shape, generator=torch.Generator().manual_seed(T + 1))
+        rows = {}
+        for name, fn in methods.items():
+            q, k, v = (t.clone().requires_grad_() for t in (q0, k0, v0))
+            with meter() as m:
+                out = fn(q, k, v)
+                kept = m.current / 2**20
+                torch.autograd.backward(out, grad_out)
+            peak = m.peak / 2**20
+            del out
+            forward_s, backward_s = [], []
+            for _ in range(args.repeats):
+                q, k, v = (t.clone().requires_grad_() for t in (q0, k0, v0))
+                start = time.perf_counter()
+                out = fn(q, k, v)
+                middle = time.perf_counter()
+                torch.autograd.backward(out, grad_out)
+                forward_s.append(middle - start)
+                backward_s.append(time.perf_counter() - middle)
+                del out
+            rows[name] = (statistics.median(forward_s), statistics.median(backward_s), peak, kept)
+        base = rows["naive"]
+        for name, (f_s, b_s, peak, kept) in rows.items():
+            print(f"{T:5d}  {name:6s} {f_s:9.3f}  {ratio(f_s, base[0]):>9s}  {b_s:10.3f}  {ratio(b_s, base[1]):>9s}"
+                  f"  {peak:8.1f}  {ratio(peak, base[2]):>9s}  {kept:8.2f}  {ratio(kept, base[3]):>9s}")
+        if T == 4096:
+            met = rows["flash"][3] <= rows["naive"][3] / 8
+            print(f"       target (flash keeps <= 1/8 of naive's memory for backward at T = 4096): "
+                  f"{'met' if met else 'NOT met'}")
+
+
 def ratio(x: float, base: float) -> str:
     return f"{x / base:.2g}" if base > 0 else "n/a"
 
@@ -107,6 +156,7 @@ def ratio(x: float, base: float) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--lengths", type=int, nargs="+", default=[1024, 4096, 8192])
+    parser.add_argument("--train-lengths", type=int, nargs="+", default=[1024, 4096])
     parser.add_argument("--head-dim", type=int, default=32)
     parser.add_argument("--block-size", type=int, default=512)
     parser.add_argument("--repeats", type=int, default=3)
@@ -117,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
     ns = chapter_namespace()
     methods = attention_methods(ns, args.block_size)
-    tracker = ns["PeakTensorMemory"]
+    tracker = ns["TensorMemoryMeter"]
 
     print(f"one attention call, (B, H) = (1, 1), d = {args.head_dim}, float32, {args.threads} thread(s), "
           f"tiled block {args.block_size}; ratios against naive measured in this run")
@@ -142,6 +192,8 @@ def main(argv: list[str] | None = None) -> int:
         if T == 8192:
             met = rows["tiled"][0] <= rows["naive"][0] / 10
             print(f"       target (tiled peak tensor memory <= 1/10 of naive at T = 8192): {'met' if met else 'NOT met'}")
+
+    train_rows(ns, args)
 
     print("\ngreedy decoding with ToyDecoder(vocab 64, E 64, 4 heads), prompt of 16 tokens; baseline: recompute everything")
     torch.manual_seed(4)

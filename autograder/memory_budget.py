@@ -1,0 +1,109 @@
+"""Memory budgets: a graded test cell whose memory is decided outside the learner's process.
+
+A test cell may declare, in the chapter's source notebook, a budget in MiB::
+
+    "metadata": {"attention_course": {"memory_budget_mb": 96,
+                                      "memory_budget_hint": "hold a few block x block tiles, never a row of scores"}}
+
+The isolated engine (:mod:`autograder.isolation`) then does not run that cell in the notebook's job. It runs it
+in a job of its own, a fresh fork of the zygote that runs only the notebook's setup cells, the learner's
+solution cells and that one test cell, with ``Limits.memory_mb`` set to the budget. The limit is the kernel's,
+not Python's: the cgroup's memory limit where the sandbox has a cgroup (the kernel is killed when it goes
+past it), else ``RLIMIT_AS`` at the zygote's address space plus the budget (the allocation fails). Both are
+set by the sandbox's monitor before any learner code runs, and neither can be raised from inside (a cgroup
+is not the kernel's to write; an rlimit's hard value can only be lowered).
+
+The budget itself earns nothing. The cell's points come, as everywhere, from value checks decided on the
+trusted side (``close`` / ``matches_reference`` against values the learner's process never sees); such a
+check can only pass if the call that computes the value finished under the budget. So the test calls the
+learner's function at a size where the naive computation needs several times the budget and a correct one
+needs a small part of it. A cell whose job was stopped, or whose checks could not run, loses its points and
+its feedback says it ran under a budget (:func:`note`).
+
+Under stock ``nbgrader autograde`` there is no sandbox: the cell runs in the notebook's kernel, with no
+limit, and whatever in-process observation the test makes (chapter 9 watches every tensor an operator
+creates) is what decides. That observation is a claim (the learner's code could switch it off); the budget
+is not.
+
+This module owns the metadata key, how a budget job is planned from a notebook's cells and how its report
+is folded back into the notebook's report. The engine owns running jobs.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from attention_course.cells import grade_id, is_graded_test, is_setup, is_solution
+
+KEY = "attention_course"
+BUDGET = "memory_budget_mb"
+HINT = "memory_budget_hint"
+
+
+def budget_of(cell) -> float | None:
+    """The cell's memory budget in MiB, or None (only graded test cells may have one)."""
+    if not is_graded_test(cell):
+        return None
+    meta = cell.get("metadata", {}).get(KEY, {}) or {}
+    value = meta.get(BUDGET)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        raise ValueError(f"test cell {grade_id(cell)}: {KEY}.{BUDGET} must be a positive number of MiB")
+    return float(value)
+
+
+def budgets(nb) -> dict[str, dict]:
+    """``{grade_id: {"mb": budget, "hint": text}}`` for every test cell of ``nb`` (the chapter's source, never a
+    submission) that declares a budget."""
+    out = {}
+    for cell in nb.cells:
+        mb = budget_of(cell)
+        if mb is not None:
+            out[grade_id(cell)] = {"mb": mb, "hint": str((cell.metadata.get(KEY) or {}).get(HINT, ""))}
+    return out
+
+
+def limits_for(limits, mb: float):
+    """The notebook's limits with the memory limit lowered to the budget (a budget never raises it)."""
+    return replace(limits, memory_mb=int(min(float(limits.memory_mb), mb)))
+
+
+def plan(nb, cells: list[dict], budget_ids: dict[str, dict]) -> tuple[list[dict], list[tuple[str, dict, list[dict]]]]:
+    """Split a job's cells (entries of ``Engine._cells_to_run``) into the notebook's job, without the budget
+    cells, and one job per budget cell: the setup and solution cells that come before it, then the cell.
+
+    Returns ``(main_cells, [(grade_id, budget, cells), ...])``."""
+    kind = {i: c for i, c in enumerate(nb.cells)}
+    main, jobs = [], []
+    for entry in cells:
+        gid = entry.get("grade_id") if entry.get("test") else None
+        if gid in budget_ids:
+            before = [e for e in cells if e["index"] < entry["index"] and not e.get("test")
+                      and (is_setup(kind[e["index"]]) or is_solution(kind[e["index"]]))]
+            jobs.append((gid, budget_ids[gid], before + [entry]))
+        else:
+            main.append(entry)
+    return main, jobs
+
+
+def merge(report: dict, index: int, budget: dict, job_report: dict) -> str | None:
+    """Put the budget job's outputs for the test cell at ``index`` into the notebook's ``report``. Returns the
+    note to add to the cell's feedback when that job did not finish (None when it did)."""
+    cells = report.setdefault("cells", {})
+    if job_report.get("status") == "ok":
+        got = (job_report.get("cells") or {}).get(str(index))
+        if isinstance(got, dict):
+            cells[str(index)] = got
+        return None
+    cells[str(index)] = {"outputs": [], "execution_count": None}
+    reason = str(job_report.get("reason", ""))
+    what = (f"went past its memory budget of {budget['mb']:g} MiB and was stopped" if "out of memory" in reason
+            else "did not finish")
+    return f"this test runs under a memory budget and {what}" + (f": {budget['hint']}" if budget["hint"] else "")
+
+
+def note(budget: dict) -> str:
+    """The feedback line of a budget cell that lost its points while its job finished (an allocation over the
+    budget raises inside the kernel where there is no cgroup)."""
+    return (f"this test runs under a memory budget of {budget['mb']:g} MiB"
+            + (f": {budget['hint']}" if budget["hint"] else ""))

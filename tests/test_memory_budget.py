@@ -1,0 +1,60 @@
+"""Memory budgets (autograder/memory_budget.py): which cells have one, how a budget job is planned from a
+notebook's cells, and how its report is folded back. The kernel-enforced limit itself is exercised through the
+engine by chapter 9's catalogue (tests/test_catalogues.py: query-only tiling loses the memory cell)."""
+from __future__ import annotations
+
+import nbformat
+import pytest
+
+from autograder import memory_budget
+from autograder.isolation import Limits
+
+pytestmark = pytest.mark.unit
+
+
+def _nb(budget=64):
+    setup = nbformat.v4.new_code_cell("import torch", metadata={"tags": ["setup"]})
+    sol = nbformat.v4.new_code_cell("def f(): pass", metadata={"nbgrader": {"solution": True, "grade_id": "f"}})
+    demo = nbformat.v4.new_code_cell("big = 1")
+    plain = nbformat.v4.new_code_cell("check", metadata={"nbgrader": {"grade": True, "grade_id": "t1", "points": 1}})
+    budgeted = nbformat.v4.new_code_cell("check", metadata={
+        "nbgrader": {"grade": True, "grade_id": "t2", "points": 2},
+        memory_budget.KEY: {memory_budget.BUDGET: budget, memory_budget.HINT: "use tiles"}})
+    later = nbformat.v4.new_code_cell("def g(): pass", metadata={"nbgrader": {"solution": True, "grade_id": "g"}})
+    return nbformat.v4.new_notebook(cells=[setup, sol, demo, plain, budgeted, later])
+
+
+def test_budgets_come_from_test_cells_and_bad_values_are_refused():
+    assert memory_budget.budgets(_nb()) == {"t2": {"mb": 64.0, "hint": "use tiles"}}
+    for bad in (0, -5, "64", True):
+        with pytest.raises(ValueError, match="memory_budget_mb"):
+            memory_budget.budgets(_nb(bad))
+
+
+def test_plan_runs_a_budget_cell_alone_with_the_setup_and_solutions_before_it():
+    nb = _nb()
+    cells = [{"index": i, "code": c.source} for i, c in enumerate(nb.cells)]
+    cells[3].update(test=True, grade_id="t1")
+    cells[4].update(test=True, grade_id="t2")
+    main, jobs = memory_budget.plan(nb, cells, memory_budget.budgets(nb))
+    assert [e["index"] for e in main] == [0, 1, 2, 3, 5]
+    [(gid, budget, job)] = jobs
+    assert gid == "t2" and budget["mb"] == 64.0
+    assert [e["index"] for e in job] == [0, 1, 4]  # no demo, no other test, nothing after it
+
+
+def test_limits_for_lowers_the_memory_limit_only():
+    lowered = memory_budget.limits_for(Limits(memory_mb=2048, cell_timeout_s=30), 64)
+    assert lowered.memory_mb == 64 and lowered.cell_timeout_s == 30
+    assert memory_budget.limits_for(Limits(memory_mb=32), 64).memory_mb == 32
+
+
+def test_merge_folds_outputs_back_and_names_a_stopped_job():
+    report = {"status": "ok", "cells": {"0": {"outputs": []}}}
+    done = {"status": "ok", "cells": {"4": {"outputs": [{"output_type": "stream", "name": "stdout", "text": "x"}]}}}
+    assert memory_budget.merge(report, 4, {"mb": 64.0, "hint": "use tiles"}, done) is None
+    assert report["cells"]["4"]["outputs"][0]["text"] == "x"
+    killed = {"status": "zero", "reason": "kernel died (out of memory: limit 64 MB)", "cells": {}}
+    note = memory_budget.merge(report, 4, {"mb": 64.0, "hint": "use tiles"}, killed)
+    assert report["cells"]["4"]["outputs"] == []
+    assert "memory budget of 64 MiB" in note and "use tiles" in note
