@@ -234,7 +234,8 @@ def _kit_chapter(learner: Learner, chapter: str) -> dict:
 def test_the_kit_alone_installs_and_imports_attention_course_without_autograder(learner):
     probe = ("import importlib, importlib.util, pkgutil, attention_course; "
              "assert importlib.util.find_spec('autograder') is None, 'the grader is importable'; "
-             "[importlib.import_module('attention_course.' + m.name) for m in pkgutil.iter_modules(attention_course.__path__)]; "
+             "[importlib.import_module('attention_course.' + m.name) "
+             "for m in pkgutil.iter_modules(attention_course.__path__)]; "
              "print(attention_course.__file__)")
     done = learner.run(f".venv/bin/python -c {shlex.quote(probe)}")
     assert done.returncode == 0, done.stderr[-3000:]
