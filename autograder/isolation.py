@@ -376,12 +376,14 @@ class Engine:
         tests = {grade_id(c): i for i, c in enumerate(nb.cells) if is_graded_test(c)}
         points = [(gid, 1.0) for gid in tests]
         for attempt in range(2):
-            report = self._run(self._job(self._cells_to_run(nb, tests, prof), "grade", self._reference_limits()))
+            report, notes = self._run_graded(nb, self._cells_to_run(nb, tests, prof), source,
+                                             self._reference_limits())
             if report.get("status") != "ok":
                 raise GraderError(f"the reference solution of {chapter} does not run in the sandbox: "
                                   f"{report.get('reason')}")
             executed = _merge_outputs(nb, report)
             decided = _decide(prof, executed, tests, points)
+            _add_budget_notes(decided, notes)
             failing = [gid for gid, cell in decided.items() if not cell["passed"]]
             if not failing:
                 return
@@ -399,6 +401,25 @@ class Engine:
                       memory_mb=max(self.limits.memory_mb, 4096), max_procs=max(self.limits.max_procs, 64),
                       max_output_mb=max(self.limits.max_output_mb, 50), scratch_mb=self.limits.scratch_mb,
                       cpus=max(self.limits.cpus, 1.0))
+
+    def _run_graded(self, nb: nbformat.NotebookNode, cells: list[dict], source: nbformat.NotebookNode,
+                    limits: Limits) -> tuple[dict, dict[str, dict]]:
+        """Run a notebook's job cells: every test cell with a memory budget in the chapter's ``source`` runs in a
+        job of its own under that budget (:mod:`autograder.memory_budget`), the rest in one job. Returns the
+        notebook's report with the budget cells' outputs folded in, and ``{grade_id: {"budget", "note"}}``."""
+        budgets = memory_budget.budgets(source)
+        main, jobs = memory_budget.plan(nb, cells, budgets)
+        report = self._run(self._job(main, "grade", limits))
+        notes = {}
+        if report.get("status") != "ok":
+            return report, notes
+        for gid, budget, job_cells in jobs:
+            job_report = self._run(self._job(job_cells, "grade", memory_budget.limits_for(limits, budget["mb"])))
+            if job_report.get("status") == "error":
+                raise GraderError(job_report.get("reason", "sandbox error"))
+            notes[gid] = {"budget": budget,
+                          "note": memory_budget.merge(report, job_cells[-1]["index"], budget, job_report)}
+        return report, notes
 
     def _cells_to_run(self, nb: nbformat.NotebookNode, tests: dict[str, int], prof: dict,
                       skip: set[str] = frozenset()) -> list[dict]:
@@ -472,8 +493,8 @@ class Engine:
         # or train illustrations (most of a notebook's time) and no graded check reads them. A cell the learner
         # wrote or changed still runs.
         demos = {c.source.strip() for c in source.cells if c.cell_type == "code" and not is_graded_run(c)}
-        report = self._run(self._job(self._cells_to_run(fixed.nb, fixed.tests, prof, skip=demos), "grade",
-                                     self.limits))
+        report, notes = self._run_graded(fixed.nb, self._cells_to_run(fixed.nb, fixed.tests, prof, skip=demos),
+                                         source, self.limits)
         report, output_flags = intake.clean_report(report)  # learner-controlled: encodable, bounded depth
         result["flags"] += output_flags
         if report.get("status") == "error":
@@ -485,8 +506,9 @@ class Engine:
             self._zero_cells(chapter, result, f"not graded: {result['reason']}")
             return
         leaks = trusted.LeakFilter([c.source for c in source.cells if is_graded_test(c) and trusted.is_hidden(c.source)])
-        results.set_cells(result, _decide(prof, executed, fixed.tests, self._graded_cells(chapter), leaks,
-                                          self.limits.cell_timeout_s))
+        decided = _decide(prof, executed, fixed.tests, self._graded_cells(chapter), leaks, self.limits.cell_timeout_s)
+        _add_budget_notes(decided, notes)
+        results.set_cells(result, decided)
 
 
 def _clean_output(o) -> dict | None:
@@ -509,6 +531,14 @@ def _clean_output(o) -> dict | None:
     if kind == "error":
         return safe_output.safe_output(o)
     return None
+
+
+def _add_budget_notes(decided: dict, notes: dict[str, dict]) -> None:
+    """Say, in a failed budget cell's feedback, that it ran under a memory budget (and whether it was stopped)."""
+    for gid, info in notes.items():
+        cell = decided.get(gid)
+        if cell is not None and not cell["passed"]:
+            cell["messages"].insert(0, info["note"] or memory_budget.note(info["budget"]))
 
 
 def _merge_outputs(nb: nbformat.NotebookNode, report: dict) -> nbformat.NotebookNode:
