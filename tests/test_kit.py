@@ -280,7 +280,7 @@ def test_a_learner_finds_a_wrong_masked_softmax_with_the_self_check_and_fixes_it
     done = learner.run(f".venv/bin/python -m attention_course check {mine}", env=GENERIC_ONE_THREAD)
     assert done.returncode == 1, done.stdout[-4000:] + done.stderr[-2000:]
     assert "FAIL cell test-masked-softmax-visible" in done.stdout, done.stdout[-4000:]
-    assert "Exercise 1: `masked_softmax`" in done.stdout and "is the mask applied?" in done.stdout
+    assert "Exercise 1: `masked_softmax`" in done.stdout and "masked-are-zero" in done.stdout  # the failed check
 
     learner.write(mine, _with_answers(json.loads((learner.kit / mine).read_text()), chapter))  # the fix
     assert learner.run(run_all_and_save, env=GENERIC_ONE_THREAD).returncode == 0
