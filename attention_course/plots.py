@@ -2,11 +2,17 @@
 from __future__ import annotations
 
 import matplotlib.pyplot as plt
+from matplotlib.colors import ListedColormap
+from matplotlib.patches import Patch
 from matplotlib.ticker import MaxNLocator
+
+# The two colours of a boolean map: pale grey for False, dark blue for True. Two flat colours and a legend,
+# never a colour bar, because a bar promises values between 0 and 1 that a mask does not have.
+BOOLEAN_COLOURS = ("#e8e8e8", "#1f4e9c")
 
 
 def show_heatmaps(matrices, titles=None, xlabel="keys", ylabel="queries", cmap="Reds", figsize_per=2.8,
-                  shared_scale=True, vmax=None, suptitle=None):
+                  shared_scale=True, vmax=None, suptitle=None, boolean=False, legend=("False", "True")):
     """Draw attention-weight heatmaps whose colours tell the truth, at most three to a row (more side by side
     would be shrunk to the book's column width until their labels cannot be read).
 
@@ -17,6 +23,9 @@ def show_heatmaps(matrices, titles=None, xlabel="keys", ylabel="queries", cmap="
             colour bar, so equal colours mean equal weights across panels. False gives each panel its
             own scale *and its own colour bar* (for panels whose ranges differ by orders of magnitude).
         vmax: the top of the shared scale; default the largest entry over all panels.
+        boolean: True draws yes/no data (masks, "can depend on") in two flat colours with a legend naming
+            them (``legend``: the words for False and True) and no colour bar. Refuses matrices with any
+            value other than 0 and 1, so a weight map is never shown as if it were a mask.
     """
     import numpy as np
     import torch
@@ -24,6 +33,8 @@ def show_heatmaps(matrices, titles=None, xlabel="keys", ylabel="queries", cmap="
     if torch.is_tensor(matrices):
         matrices = matrices.detach().float().cpu().numpy()
     matrices = np.asarray(matrices, dtype=float)
+    if boolean and not np.isin(matrices, (0.0, 1.0)).all():
+        raise ValueError("boolean=True draws 0/1 (False/True) data only; these matrices hold other values")
     n = len(matrices)
     top = float(vmax) if vmax is not None else max(float(matrices.max()), 1e-12)
     ncols = min(n, 3)
@@ -35,7 +46,11 @@ def show_heatmaps(matrices, titles=None, xlabel="keys", ylabel="queries", cmap="
         ax.set_visible(False)
     for i, ax in enumerate(axes[:n]):
         panel_top = top if shared_scale else max(float(matrices[i].max()), 1e-12)
-        image = ax.imshow(matrices[i], cmap=cmap, vmin=0.0, vmax=panel_top)
+        if boolean:
+            image = ax.imshow(matrices[i], cmap=ListedColormap(BOOLEAN_COLOURS), vmin=0.0, vmax=1.0,
+                              interpolation="nearest")
+        else:
+            image = ax.imshow(matrices[i], cmap=cmap, vmin=0.0, vmax=panel_top)
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # rows and columns are positions
         ax.yaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_xlabel(xlabel)
@@ -43,9 +58,13 @@ def show_heatmaps(matrices, titles=None, xlabel="keys", ylabel="queries", cmap="
             ax.set_ylabel(ylabel)
         if titles:
             ax.set_title(titles[i])
-        if not shared_scale:
+        if not shared_scale and not boolean:
             fig.colorbar(image, ax=ax, shrink=0.8)
-    if shared_scale:
+    if boolean:
+        patches = [Patch(facecolor=colour, edgecolor="black", linewidth=0.5, label=word)
+                   for colour, word in zip(BOOLEAN_COLOURS, legend)]
+        fig.legend(handles=patches, loc="outside lower center", ncols=2, frameon=False)
+    elif shared_scale:
         # One scale for every panel, so one bar describes them all.
         fig.colorbar(image, ax=axes[:n].tolist(), shrink=0.8)
     if suptitle:

@@ -1,0 +1,55 @@
+"""The shared figure helper tells the truth about the kind of data it draws: yes/no data (masks, receptive
+fields) in two flat colours with a legend and no colour bar, weights on a colour bar."""
+from __future__ import annotations
+
+import matplotlib
+
+matplotlib.use("Agg")  # no display; plt.show() leaves the figure open for inspection
+
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+from attention_course.plots import BOOLEAN_COLOURS, show_heatmaps  # noqa: E402
+
+pytestmark = pytest.mark.unit
+
+
+@pytest.fixture(autouse=True)
+def _close_figures():
+    plt.close("all")
+    yield
+    plt.close("all")
+
+
+def _colour_bars(fig):
+    return [ax for ax in fig.axes if ax.get_label() == "<colorbar>"]
+
+
+def test_boolean_maps_get_two_colours_a_legend_and_no_colour_bar():
+    mask = torch.tensor([[True, False, False], [True, True, False], [True, True, True]])
+    show_heatmaps(torch.stack([mask, ~mask]), titles=["causal", "its complement"], boolean=True,
+                  legend=("masked", "attends"))
+    fig = plt.gcf()
+    assert not _colour_bars(fig), "a boolean map must not promise in-between values with a colour bar"
+    assert len(fig.legends) == 1
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == ["masked", "attends"]
+    panel = fig.axes[0].get_images()[0]
+    # Every pixel is one of the two legend colours, True where the mask is True.
+    rgba = panel.to_rgba(panel.get_array(), bytes=False)[..., :3]
+    false_rgb, true_rgb = (np.array(matplotlib.colors.to_rgb(c)) for c in BOOLEAN_COLOURS)
+    assert np.allclose(rgba[mask.numpy()], true_rgb)
+    assert np.allclose(rgba[~mask.numpy()], false_rgb)
+
+
+def test_weights_keep_their_colour_bar_and_have_no_legend():
+    show_heatmaps(torch.softmax(torch.randn(2, 4, 4), dim=-1), titles=["a", "b"])
+    fig = plt.gcf()
+    assert len(_colour_bars(fig)) == 1
+    assert not fig.legends
+
+
+def test_boolean_mode_refuses_data_that_is_not_yes_or_no():
+    with pytest.raises(ValueError, match="0/1"):
+        show_heatmaps(torch.full((1, 3, 3), 0.5), boolean=True)
