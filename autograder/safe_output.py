@@ -50,7 +50,6 @@ RASTER = {"image/png": (b"\x89PNG\r\n\x1a\n",), "image/jpeg": (b"\xff\xd8\xff",)
 MAX_IMAGE_BYTES = 4 << 20  # decoded; a matplotlib figure is a few hundred kB
 MAX_REMOVED_CHARS = 4000  # of a removed output's text shown to the instructor
 IMAGE_SIZE_KEYS = ("width", "height")
-OUTPUT_KINDS = ("stream", "display_data", "execute_result", "update_display_data", "error")
 
 # Cell metadata a front-end may read, with the shape it must have; everything else (widgets, raw_mimetype,
 # format, filenames, trusted, ...) is dropped. ``nbgrader`` is the grader's own copy (structure.repair).
@@ -188,6 +187,8 @@ def safe_output(o: dict) -> dict | None:
 
 
 def _norm(text) -> str:
+    """A cell's text as compared with the chapter's own: trailing spaces and blank edge lines do not count (as in
+    structure.repair's comparison of read-only cells), so a release cell saved by an editor still matches."""
     text = "".join(text) if isinstance(text, list) else str(text)
     return "\n".join(line.rstrip() for line in text.replace("\r\n", "\n").split("\n")).strip("\n")
 
