@@ -40,7 +40,8 @@ it is a documented *equivalent* (``EQUIVALENT``: a reason per mutant, or the cla
 which cannot change anything on the CPU that grades). A notebook the grader could not finish (the whole
 notebook timed out or the kernel died) is graded again one mutant at a time.
 
-Results are cached per chapter in ``grading/mutants/<chapter>.json`` (keyed by the mutant's source); the
+Results are cached per chapter in ``grading/mutants/<chapter>.json`` (keyed by the mutant's source, and
+valid while the chapter's test cells are unchanged); the
 command prints per chapter and per function: mutants, killed, survived, equivalent and the score
 killed / (total - equivalent), then every survivor as a diff.
 """
@@ -111,7 +112,8 @@ _DROPPED_METHODS = {"to", "contiguous", "transpose", "clone", "detach", "masked_
                     "cpu", "cuda", "type_as"}
 _DEVICE_ONLY_METHODS = {"to", "cpu", "cuda"}  # dropping these can only move data between devices (see below)
 _SYMMETRIC = {"transpose", "swapaxes", "swapdims", "maximum", "minimum", "max", "min", "add", "mul", "eq", "ne",
-              "logical_and", "logical_or", "logical_xor", "isclose", "allclose", "equal", "hypot", "gcd", "lcm"}
+              "logical_and", "logical_or", "logical_xor", "isclose", "allclose", "equal", "hypot", "gcd", "lcm",
+              "broadcast_shapes"}
 _SCALE_CALLS = {"sqrt", "rsqrt", "isqrt"}
 
 
@@ -491,9 +493,24 @@ def generate(course: Course, chapter: str) -> list[Mutant]:
 
 # -- equivalents ---------------------------------------------------------------------------------------------
 
-# Mutants proven equivalent, by id (see docs/mutants.md for how each was shown): ``{mutant id: reason}``.
-# An id names the cell's code, so an entry lapses (and its mutant is graded again) when the cell changes.
-EQUIVALENT: dict[str, str] = {}
+# Mutants proven equivalent, by id: ``{mutant id: reason}``. Each reason is an argument that no output the
+# docstring allows can differ, and tests/test_mutants.py checks it: the mutant and the reference give identical
+# outputs (bit for bit) on a wide set of inputs with every edge case the docstring allows. An id names the
+# cell's code, so an entry lapses (and its mutant is graded again) when the cell changes.
+EQUIVALENT: dict[str, str] = {
+    "train_parametric_nw:33:delete:353785c8b8":
+        "only the progress bar's label: nothing returned or stored depends on it",
+    "masked_softmax:44:constant:d14a9f54ad":
+        "the divisor is max(total, 1) either way: a row with a key to attend holds exp(0) = 1 for its largest "
+        "score, so its total is 0 (empty row) or at least 1, and where it is exactly 1 both divide by 1",
+    "self_attention_loops:35:swap:a146fcf44a":
+        "q . k summed as k . q: floating-point multiplication is commutative and the order of the sum is kept, "
+        "so every score is bit-identical",
+    "self_attention_module:31:delete:53b5239f2c":
+        "masked_fill broadcasts the mask itself: for every mask the docstring allows (bool, broadcastable to "
+        "(..., T, T)) the weights and outputs are identical; only a mask that does not broadcast fails "
+        "differently (a RuntimeError instead of the ValueError), which the docstring does not promise",
+}
 
 DEVICE_REASON = ("moves data between devices only: the engine grades on the CPU, where every tensor is on the one "
                  "device, so no output can differ (tests/test_devices.py audits the reference's devices on meta)")
@@ -518,6 +535,21 @@ def equivalent_reason(m: Mutant) -> str | None:
     if m.operator == "drop-device":
         return DEVICE_REASON
     return EQUIVALENT.get(m.id)
+
+
+def namespace(course: Course, chapter: str, replace_cells: dict[str, str] | None = None) -> dict:
+    """A fresh namespace holding the chapter's setup (its first code cell) and every solution cell, in order,
+    with ``replace_cells`` ({grade_id: source}) in place of the reference's: for proving equivalents outside
+    the sandbox (this is the course's own code, never a learner's)."""
+    source = nbformat.read(course.source_notebook(chapter), as_version=4)
+    code = [c for c in source.cells if c.cell_type == "code"]
+    ns: dict = {"__name__": f"mutants_{chapter}"}
+    exec(compile(code[0].source, f"{chapter}:setup", "exec"), ns)  # noqa: S102 - the course's own setup cell
+    for c in code:
+        if is_solution(c):
+            text = (replace_cells or {}).get(grade_id(c), c.source)
+            exec(compile(text, f"{chapter}:{grade_id(c)}", "exec"), ns)  # noqa: S102 - reference or its mutant
+    return ns
 
 
 # -- grading -------------------------------------------------------------------------------------------------
@@ -697,15 +729,30 @@ def _cache_path(course: Course, chapter: str) -> Path:
     return course.grading / "mutants" / f"{chapter}.json"
 
 
+def tests_digest(course: Course, chapter: str) -> str:
+    """A digest of the chapter's graded test cells: cached verdicts hold only while the tests do."""
+    source = nbformat.read(course.source_notebook(chapter), as_version=4)
+    h = hashlib.sha256()
+    for c in source.cells:
+        if is_graded_test(c):
+            h.update(c.source.encode() + b"\0")
+    return h.hexdigest()[:16]
+
+
 def load_cache(course: Course, chapter: str) -> dict[str, dict]:
+    """The cached verdicts of ``chapter``'s mutants, or {} when its tests changed since."""
     path = _cache_path(course, chapter)
-    return json.loads(path.read_text()) if path.is_file() else {}
+    if not path.is_file():
+        return {}
+    data = json.loads(path.read_text())
+    return data.get("verdicts", {}) if data.get("tests") == tests_digest(course, chapter) else {}
 
 
 def save_cache(course: Course, chapter: str, verdicts: dict[str, dict]) -> None:
     path = _cache_path(course, chapter)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(verdicts, indent=1, sort_keys=True))
+    path.write_text(json.dumps({"tests": tests_digest(course, chapter), "verdicts": verdicts}, indent=1,
+                               sort_keys=True))
 
 
 def sample(mutants: list[Mutant], per_chapter: int, seed: int) -> list[Mutant]:

@@ -161,3 +161,121 @@ def test_a_seeded_sample_of_every_chapters_mutants_loses_points(tmp_path_factory
                                                                         log=lambda _: None))
             alive = [m.diff() for m in picked if verdicts[m.id]["status"] == "survived"]
             assert not alive, f"{chapter}: mutants that keep full marks:\n" + "\n".join(alive)
+
+
+# -- documented equivalents: identical outputs on every edge case their docstring allows -------------------------
+
+
+def _same(a, b) -> bool:
+    """Bit-identical results (NaN where the other has NaN), through tuples, lists and modules' parameters."""
+    import torch
+
+    if isinstance(a, torch.Tensor):
+        return isinstance(b, torch.Tensor) and a.dtype == b.dtype and a.shape == b.shape and bool(
+            torch.equal(torch.nan_to_num(a, nan=7.25), torch.nan_to_num(b, nan=7.25))
+            and torch.equal(a.isnan(), b.isnan()))
+    if isinstance(a, (tuple, list)):
+        return type(a) is type(b) and len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    if hasattr(a, "state_dict"):
+        sa, sb = a.state_dict(), b.state_dict()
+        return sa.keys() == sb.keys() and all(_same(sa[k], sb[k]) for k in sa)
+    return type(a) is type(b) and a == b
+
+
+def _probe_train(ns):
+    import torch
+
+    g = torch.Generator().manual_seed(0)
+    for n, dtype, progress in [(2, torch.float64, False), (7, torch.float32, True), (40, torch.float64, True)]:
+        x = torch.rand(n, generator=g, dtype=dtype) * 5
+        y = torch.sin(x) + 0.1 * torch.randn(n, generator=g, dtype=dtype)
+        yield ns["train_parametric_nw"](x, y, num_epochs=12, progress=progress)
+
+
+def _probe_masked_softmax(ns):
+    import torch
+
+    g = torch.Generator().manual_seed(1)
+    f = ns["masked_softmax"]
+    for shape in [(1, 1), (1, 5), (3, 4), (2, 3, 5), (2, 2, 3, 6)]:
+        for dtype in (torch.float16, torch.float32, torch.float64):
+            for scale in (0.0, 1e-3, 1.0, 30.0, 1e4):
+                s = (torch.randn(shape, generator=g, dtype=torch.float64) * scale).to(dtype)
+                yield f(s)
+                yield f(s, torch.randint(0, shape[-1] + 1, shape[:-2], generator=g))
+                yield f(s, torch.randint(0, shape[-1] + 1, shape[:-1], generator=g))
+                yield f(s, torch.zeros(shape[:-1], dtype=torch.long))  # every row empty
+                yield f(s, torch.ones(shape[:-1], dtype=torch.long))  # one key each: a total of exactly 1
+                yield f(s, mask=torch.rand(shape, generator=g) > 0.5)
+                yield f(s, mask=torch.zeros(shape, dtype=torch.bool))
+        ties = torch.zeros(shape, dtype=torch.float64)
+        yield f(ties)
+        special = torch.randn(shape, generator=g, dtype=torch.float64)
+        special.view(-1)[0] = float("-inf")
+        yield f(special)
+        yield f(torch.full(shape, float("-inf")))
+        yield f(torch.full(shape, -1e308, dtype=torch.float64))
+
+
+def _probe_loops(ns):
+    import torch
+
+    g = torch.Generator().manual_seed(2)
+    for T, d_in, d_k, d_v in [(1, 1, 1, 1), (1, 3, 2, 2), (4, 3, 2, 5), (6, 2, 4, 3)]:
+        for dtype in (torch.float32, torch.float64):
+            for scale in (0.0, 1.0, 20.0):
+                r = lambda *s: torch.randn(*s, generator=g, dtype=dtype) * scale  # noqa: E731, B023
+                yield ns["self_attention_loops"](r(T, d_in), r(d_in, d_k), r(d_in, d_k), r(d_in, d_v))
+
+
+def _probe_self_attention(ns):
+    import torch
+
+    g = torch.Generator().manual_seed(3)
+    for lead, T, d_in, d_out, dtype in [((), 1, 2, 3, torch.float64), ((2,), 4, 3, 5, torch.float32),
+                                        ((3, 2), 5, 4, 2, torch.float64)]:
+        torch.manual_seed(4)
+        layer = ns["SelfAttention"](d_in, d_out).to(dtype)
+        x = torch.randn(*lead, T, d_in, generator=g, dtype=dtype)
+        with torch.no_grad():
+            yield layer(x)
+            for mask_shape in [(T, T), (1, T), (T, 1), (*lead, T, T), (*lead[-1:], 1, T)]:
+                mask = torch.rand(mask_shape, generator=g) > 0.4
+                yield layer(x, mask)
+                yield layer.attention_weights
+                yield layer(x, torch.zeros(mask_shape, dtype=torch.bool))
+                yield layer(x, torch.ones(mask_shape, dtype=torch.bool))
+
+
+PROBES = {"train_parametric_nw:33:delete:353785c8b8": ("02_kernel_regression", _probe_train),
+          "masked_softmax:44:constant:d14a9f54ad": ("03_scoring_functions", _probe_masked_softmax),
+          "self_attention_loops:35:swap:a146fcf44a": ("04_self_attention", _probe_loops),
+          "self_attention_module:31:delete:53b5239f2c": ("04_self_attention", _probe_self_attention)}
+
+
+@pytest.mark.unit
+def test_every_documented_equivalent_has_a_probe():
+    assert set(PROBES) == set(mutants.EQUIVALENT)
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("mutant_id", sorted(mutants.EQUIVALENT))
+def test_a_documented_equivalent_gives_the_references_outputs(mutant_id):
+    chapter, probe = PROBES[mutant_id]
+    (m,) = [m for m in mutants.generate(COURSE, chapter) if m.id == mutant_id]
+    reference = list(probe(mutants.namespace(COURSE, chapter)))
+    mutated = list(probe(mutants.namespace(COURSE, chapter, {m.cell: m.source})))
+    assert len(reference) == len(mutated) >= 3
+    different = [i for i, (a, b) in enumerate(zip(reference, mutated)) if not _same(a, b)]
+    assert not different, f"{mutant_id} differs from the reference on probes {different}"
+
+
+@pytest.mark.unit
+def test_the_probe_tells_a_real_slip_from_the_reference():
+    """The comparison can fail: the same probe sees a killed mutant of masked_softmax (its -inf fill)."""
+    chapter, probe = PROBES["masked_softmax:44:constant:d14a9f54ad"]
+    (m,) = [m for m in mutants.generate(COURSE, chapter) if m.cell == "masked_softmax" and m.operator == "constant"
+            and m.after == "0.0"]
+    reference = list(probe(mutants.namespace(COURSE, chapter)))
+    mutated = list(probe(mutants.namespace(COURSE, chapter, {m.cell: m.source})))
+    assert any(not _same(a, b) for a, b in zip(reference, mutated))
