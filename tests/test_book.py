@@ -109,3 +109,15 @@ def test_chapter_page_renders(server, browser, chapter):
     assert download, "no download link for the notebook"
     assert not page.errors, f"console/network errors: {page.errors}"
     page.close()
+
+
+@pytest.mark.timeout(120)
+def test_code_cells_wrap_at_the_column_width(server, browser):
+    """No code cell or printed output scrolls sideways at the book's width (_static/wrap-code.css)."""
+    page = browser.open(f"{server}/{PAGES[-1]}.html", "true", timeout=60)
+    wide = page.evaluate("Array.from(document.querySelectorAll('div.cell pre'))"
+                         ".filter(p => p.scrollWidth > p.clientWidth + 1).length")
+    total = page.evaluate("document.querySelectorAll('div.cell pre').length")
+    assert total > 10, f"expected code cells on the page, found {total}"
+    assert wide == 0, f"{wide} of {total} code blocks scroll sideways"
+    page.close()
