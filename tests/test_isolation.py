@@ -463,7 +463,7 @@ def test_result_frames_are_capped_on_raw_bytes_and_decoded_strictly():
     finally:
         os.close(r)
         os.close(w)
-    for bad in (b'{"done":true,"cells":{"0":NaN}}', b'{"done":true,"cells":{"0":1e400}}', b'{"done":true}',
+    for bad in (b'{"done":true,"cells":{"0":NaN}}', b'{"done":true,"cells":{"0":-Infinity}}', b'{"done":true}',
                 b'{"done":1,"cells":{}}', b"[1]", b'{"done":true,"cells":{}', b"\xff"):
         with pytest.raises(sandbox.ProtocolError):
             sandbox.decode_result(bad)
@@ -532,3 +532,31 @@ def test_system_v_ipc_of_a_sandbox_uid_is_removed():
         assert any(o["id"] == mine for o in sysv.objects("shm"))
     finally:
         sysv.remove("shm", mine)
+
+
+@pytest.mark.unit
+@pytest.mark.timeout(120)
+def test_an_honest_result_always_decodes_within_the_monitors_budget():
+    """The kernel's own output budgets charge every output entry, so no notebook that only prints and displays
+    (a million tiny values, alternating stdout and stderr) makes a result the monitor would refuse."""
+    import subprocess
+    import sys
+
+    code = ("import json\n"
+            "from autograder.sandbox import monitor, runner\n"
+            "cap = runner._Capture(5 << 20, 64 << 20)\n"
+            "cap.start(0, 1)\n"
+            "for i in range(300_000):\n"
+            "    cap.rich('display_data', {'text/plain': '1'})\n"
+            "cap.start(1, 2)\n"
+            "for i in range(300_000):\n"
+            "    cap.stream('stdout' if i % 2 else 'stderr', 'x')\n"
+            "raw = json.dumps({'done': True, 'cells': cap.cells, 'truncated': cap.truncated}).encode()\n"
+            "print(len(cap.cells['0']['outputs']) + len(cap.cells['1']['outputs']), cap.truncated)\n"
+            "print(repr(monitor._decodes_within(raw, 4 * len(raw) + (64 << 20))))\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=100,
+                          cwd=str(COURSE.root))
+    assert done.returncode == 0, done.stderr[-2000:]
+    count, decodes = done.stdout.splitlines()
+    assert int(count.split()[0]) <= (5 << 20) // 256 + 2 and count.endswith("True")
+    assert decodes == "''"

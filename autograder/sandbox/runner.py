@@ -25,11 +25,18 @@ class CellTimeout(KeyboardInterrupt):
     """Raised in a cell that runs past the per-cell timeout."""
 
 
+# What one more output entry costs beyond its text, charged against the budgets: an entry decodes to a few dicts
+# on the trusted side (hundreds of bytes each), so a notebook that displays a million tiny values must not make
+# a result whose decoded size is many times its bytes (the monitor decodes within a few times the raw size).
+OUTPUT_OVERHEAD = 256
+
+
 class _Capture:
     """Outputs of the cell being executed, in nbformat's shape, with a byte budget for the whole notebook.
 
     Check records are kept whatever the output budget (they are small and they are what gets graded);
-    printed text and rich output beyond ``max_bytes`` are dropped with a note.
+    printed text and rich output beyond ``max_bytes`` are dropped with a note. Each new output entry is charged
+    ``OUTPUT_OVERHEAD`` bytes on top of its text.
     """
 
     def __init__(self, max_bytes: int, max_record_bytes: int):
@@ -63,11 +70,19 @@ class _Capture:
         if room <= 0:
             self._note_truncated()
             return
+        last = self.outputs[-1] if self.outputs else None
+        extend = last is not None and last.get("output_type") == "stream" and last.get("name") == name
+        if not extend:
+            room -= OUTPUT_OVERHEAD
+            if room <= 0:
+                self.used = self.max_bytes
+                self._note_truncated()
+                return
+            self.used += OUTPUT_OVERHEAD
         if len(text) > room:
             text = text[:room]
         self.used += len(text)
-        last = self.outputs[-1] if self.outputs else None
-        if last is not None and last.get("output_type") == "stream" and last.get("name") == name:
+        if extend:
             last["text"] += text
         else:
             self.outputs.append({"output_type": "stream", "name": name, "text": text})
@@ -80,7 +95,7 @@ class _Capture:
         try:
             # bounded depth, so the frame always encodes; the engine cuts deeper still and flags it
             clean, _ = clean_json({str(k): v for k, v in data.items()}, max_depth=2 * MAX_DEPTH, fix_text=False)
-            size = len(json.dumps(clean, default=str))
+            size = len(json.dumps(clean, default=str)) + OUTPUT_OVERHEAD
         except Exception:  # noqa: BLE001 - learner objects can do anything in their reprs
             return
         if size > self.max_bytes - self.used:
@@ -98,7 +113,7 @@ class _Capture:
         if self.site is not None:
             record = dict(record, site=self.site)
         try:
-            size = len(json.dumps(record))
+            size = len(json.dumps(record)) + OUTPUT_OVERHEAD
         except (TypeError, ValueError):
             return
         if self.record_bytes + size > self.max_record_bytes:
