@@ -25,7 +25,7 @@ nothing that matters on a frame learner code could have written:
 - sizes are capped on raw bytes before anything is decoded: frames above :data:`SMALL` are not decoded while
   the kernel runs, only kept (at most one, the result, under the cap from the limits). After the kernel has
   exited (its memory freed), the result is decoded once here under an address-space budget of a few times its
-  size (:func:`_decodes_within`: 100 MB of ``9e15,`` needs about 1 GB of float objects) and then forwarded to
+  size (:func:`_decodes_within`: 100 MB of ``9e15,`` needs over 600 MB of float objects) and then forwarded to
   the Engine as the same bytes, never re-encoded; the Engine decodes it again knowing it fits.
 
 Forged results with valid shape are still possible, and harmless by construction: the trusted side decides
