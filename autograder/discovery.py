@@ -1,0 +1,238 @@
+"""What a grading run has to do: the submissions under nbgrader's ``submitted/`` layout (read without trusting
+them, see autograder/learner_files.py), their resume keys, and what the gradebook already holds.
+
+Each recorded notebook carries a key (hash of the submission, its folder's exchange files, its chapter's source
+notebook and the grading code); a run grades only submissions without a matching key. Split out of
+autograder/batch.py (the command), which still exports these names.
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib
+import importlib.util
+import json
+import os
+import stat
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import learner_files, results
+from .course import Course
+
+ENGINE_MODULE = "autograder.isolation"
+
+
+def engine_module_name() -> str:
+    # AUTOGRADER_ENGINE lets tests and benchmarks swap in another engine with the same interface.
+    return os.environ.get("AUTOGRADER_ENGINE", ENGINE_MODULE)
+
+
+NOTHING_SUBMITTED = "no notebook submitted"
+
+
+@dataclass
+class Task:
+    student: str  # the recorded id (learner_files.student_id of the folder's name)
+    chapter: str
+    path: str  # the submitted notebook
+    key: str = ""
+    timestamp: str | None = None  # the submission time, when timestamp.txt holds one
+    refusal: str | None = None  # not graded: zero with this reason (nothing submitted, not a regular file...)
+    flags: list = field(default_factory=list)  # what discovery found wrong with the folder (learner_files)
+    folder_digest: str = ""  # the folder's exchange files and findings, for the resume key
+    exchange: dict = field(default_factory=dict)  # valid exchange files, copied beside the feedback page
+
+
+def discover(submitted: Path, chapters: list[str], course_files: set | None = None, warn=None) -> list[Task]:
+    """Every <student>/<chapter>/ folder: its <chapter>.ipynb, else its only notebook (graded as given).
+
+    Learners control every name and file here (issue 24): nothing is followed (``lstat`` only, see
+    autograder/learner_files.py), folder names become ids with :func:`learner_files.student_id`, and what is
+    wrong with a folder becomes the task's refusal or flags, never an exception. ``course_files``: (device,
+    inode) of the course's own files, whose hard links are refused."""
+    tasks: list[Task] = []
+    if not submitted.is_dir():
+        return tasks
+    try:
+        students = sorted(os.scandir(os.fsencode(submitted)), key=lambda e: e.name)
+    except OSError:
+        return tasks
+    ids = learner_files.unique_ids([e.name for e in students])
+    for entry in students:
+        if entry.name.startswith(b"."):
+            continue
+        student, id_flags = ids[entry.name]
+        student_path = Path(os.fsdecode(entry.path))
+        try:
+            st = os.lstat(student_path)
+        except OSError:
+            continue
+        if stat.S_ISLNK(st.st_mode):  # collect makes real folders; a link here would be followed into anything
+            if warn:
+                warn(f"skipped {student}: the submission folder is a symbolic link (not followed)")
+            continue
+        if not stat.S_ISDIR(st.st_mode):
+            continue
+        for chapter in chapters:
+            folder = student_path / chapter
+            path = folder / f"{chapter}.ipynb"
+            try:
+                st = os.lstat(folder)
+            except OSError:
+                continue
+            if stat.S_ISLNK(st.st_mode):
+                tasks.append(Task(student, chapter, str(path), flags=list(id_flags),
+                                  refusal="the submission folder is a symbolic link, not a folder: refused"))
+                continue
+            if not stat.S_ISDIR(st.st_mode):
+                continue
+            if not os.path.lexists(path):
+                try:
+                    found = sorted(e.name for e in os.scandir(folder) if e.name.endswith(".ipynb"))
+                except OSError:
+                    found = []
+                path = folder / found[0] if found else path
+            seen = learner_files.inspect_folder(folder, path, course_files or set())
+            refusal = seen.refusal or (None if os.path.lexists(path) else NOTHING_SUBMITTED)
+            tasks.append(Task(student, chapter, str(path), timestamp=seen.timestamp, refusal=refusal,
+                              flags=id_flags + seen.flags, folder_digest=seen.digest().hex(),
+                              exchange=dict(seen.exchange)))
+    return tasks
+
+
+def _sha(*parts: bytes) -> str:
+    h = hashlib.sha256()
+    for part in parts:
+        h.update(len(part).to_bytes(8, "little"))
+        h.update(part)
+    return h.hexdigest()
+
+
+def grading_sources() -> list[Path]:
+    """The code that can change a score: every module of ``autograder/`` and ``attention_course/`` (a change
+    anywhere in them regrades every submission: regrading is cheaper than proving a change harmless, and no
+    import graph is followed, so nothing is missed), plus the engine module when a test or benchmark swaps in
+    one from elsewhere (``AUTOGRADER_ENGINE``)."""
+    import attention_course
+
+    files = set()
+    for package_dir in (Path(attention_course.__file__).parent, Path(__file__).parent):
+        files.update(p for p in package_dir.rglob("*.py") if "__pycache__" not in p.parts)
+    spec = importlib.util.find_spec(engine_module_name())
+    if spec is not None and spec.origin:
+        files.add(Path(spec.origin))
+    return sorted(files)
+
+
+def grading_code_hash() -> str:
+    root = Path(__file__).resolve().parent.parent
+    return _sha(*(str(p.resolve().relative_to(root) if p.resolve().is_relative_to(root) else p.name).encode()
+                  + b"\0" + p.read_bytes() for p in grading_sources()))
+
+
+def submission_bytes(task: Task) -> bytes | None:
+    """The submitted notebook's bytes (bounded, never through a link), or None when there is none to grade."""
+    from .intake import MAX_NOTEBOOK_BYTES
+
+    if task.refusal:
+        return None
+    try:
+        return learner_files.read_bounded(task.path, MAX_NOTEBOOK_BYTES)
+    except learner_files.NotReadable:
+        return None  # too large or unreadable: the engine gives the reason
+
+
+def submission_key(task: Task, source_bytes: bytes, code_hash: str, limits_repr: str,
+                   content: bytes | None = None) -> str:
+    if content is None:
+        content = submission_bytes(task)
+    return _sha(b"attention-course-grade-v2", code_hash.encode(), limits_repr.encode(), task.chapter.encode(),
+                os.fsencode(Path(task.path).name), source_bytes,
+                b"<missing>" if content is None else content, task.folder_digest.encode())[:40]
+
+
+def recorded_keys(db_url: str) -> dict[tuple[str, str], str] | None:
+    """{(student, chapter): key} of every notebook recorded in full, read from a SQLite gradebook with the
+    standard library only (no nbgrader/SQLAlchemy import: a run with nothing to do must cost almost
+    nothing). Same rule as GradebookWriter.done_keys: our row and nbgrader's submission row. {} when the
+    gradebook does not exist yet; None when it is not SQLite (the writer answers then)."""
+    import sqlite3
+    from urllib.parse import unquote
+
+    if not db_url.startswith("sqlite:///"):
+        return None
+    path = Path(unquote(db_url[len("sqlite:///"):].split("?", 1)[0]))
+    if str(path) in ("", ":memory:"):
+        return None
+    if not path.is_file():
+        return {}
+    try:
+        con = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=60)
+        try:
+            rows = con.execute(
+                "SELECT r.student, r.chapter, r.key FROM autograder_result AS r "
+                "JOIN assignment AS a ON a.name = r.chapter "
+                "JOIN submitted_assignment AS s ON s.assignment_id = a.id AND s.student_id = r.student").fetchall()
+        finally:
+            con.close()
+    except sqlite3.OperationalError as err:
+        if "no such table" in str(err):
+            return {}
+        return None  # locked for longer than the timeout, or something else: let the writer decide
+    return {(st, ch): key for st, ch, key in rows}
+
+
+def outputs_digest(done: dict[tuple[str, str], str]) -> str:
+    """What grades.csv, grades_by_exercise.csv and the class report were last written from."""
+    return _sha(*(f"{st}\0{ch}\0{key}".encode() for (st, ch), key in sorted(done.items())))
+
+
+OUTPUTS_STATE = ".outputs-state.json"
+
+
+def outputs_current(course: Course, done: dict[tuple[str, str], str], report: bool) -> bool:
+    state = course.grading / OUTPUTS_STATE
+    wanted = [course.grading / "grades.csv", course.grading / "grades_by_exercise.csv"]
+    if report:
+        from .report import REPORT_NAME
+
+        wanted.append(course.grading / "reports" / REPORT_NAME)
+    try:
+        recorded = json.loads(state.read_text())
+    except (OSError, ValueError):
+        return False
+    return (all(p.is_file() for p in wanted) and recorded.get("digest") == outputs_digest(done)
+            and (recorded.get("report") or not report))
+
+
+def failed_result(task: Task, reason: str) -> dict:
+    return results.new(task.student, task.chapter, "failed", reason)
+
+
+def missing_result(task: Task, max_score: float) -> dict:
+    """The zero of a task that is not graded (nothing submitted, or refused: task.refusal says why)."""
+    result = results.new(task.student, task.chapter, "zero", task.refusal or NOTHING_SUBMITTED, max_score)
+    if task.refusal and task.refusal != NOTHING_SUBMITTED:
+        result["flags"] = [task.refusal]  # refused, not merely missing: the instructor should look
+    return result
+
+
+def _refuse_course_copies(course: Course, tasks: list[Task], contents: dict) -> None:
+    """A submission that holds the course's hidden tests is the course's own notebook (e.g. a symlink to it that
+    ``nbgrader collect`` followed): refused, zero with the reason. The release never carries hidden tests, so a
+    learner's own work cannot hold them. The reference solution's code alone is not evidence (a correct
+    answer may be written exactly as the reference writes it) and is graded as usual."""
+    import nbformat
+
+    hidden: dict[str, set] = {}
+    for task in tasks:
+        content = contents.get(id(task))
+        if task.refusal or content is None:
+            continue
+        if task.chapter not in hidden:
+            release = course.release_notebook(task.chapter)
+            hidden[task.chapter] = learner_files.hidden_test_lines(
+                nbformat.read(course.source_notebook(task.chapter), as_version=4),
+                nbformat.read(release, as_version=4) if release.is_file() else None)
+        if learner_files.carries_hidden_tests(content, hidden[task.chapter]):
+            task.refusal = learner_files.HIDDEN_TESTS_REASON

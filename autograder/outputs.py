@@ -1,0 +1,100 @@
+"""What a grading run writes besides the gradebook: the executed notebook and feedback page per learner (with the
+exchange files nbgrader's release_feedback reads), ``grades.csv`` and ``grades_by_exercise.csv``. Split out of
+autograder/batch.py (the command), which still exports these names.
+"""
+from __future__ import annotations
+
+import importlib
+import io
+import json
+import os
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from . import learner_files
+from .course import Course
+from .discovery import Task, engine_module_name
+
+if TYPE_CHECKING:  # the command's run summary (autograder/batch.py imports this module)
+    from .batch import Summary
+
+
+def _write_atomic(path: Path, data: str) -> None:
+    _write_atomic_bytes(path, data.encode("utf-8"))
+
+
+def _write_atomic_bytes(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+
+
+def write_outputs(course: Course, result: dict, summary: Summary | None = None) -> None:
+    """The executed notebook (for formgrader) and the learner's feedback page.
+
+    The notebook is written only through safe_output.safe_notebook: formgrader renders it in the instructor's
+    Jupyter session, so nothing the learner wrote or their kernel produced may be active there (issue 24)."""
+    from . import safe_output
+
+    student, chapter = result["student"], result["chapter"]
+    t0 = time.perf_counter()
+    if result.get("executed_notebook"):
+        known = safe_output.chapter_texts(course.source_notebook(chapter), course.release_notebook(chapter))
+        _write_atomic(course.grading / "autograded" / student / chapter / f"{chapter}.ipynb",
+                      json.dumps(safe_output.safe_notebook(result["executed_notebook"], known), indent=1,
+                                 ensure_ascii=False))
+    t1 = time.perf_counter()
+    page = result.pop("feedback_html", None)  # rendered by the worker
+    if page is None:
+        feedback_html = getattr(importlib.import_module(engine_module_name()), "feedback_html", None)
+        page = feedback_html(result) if feedback_html is not None else None
+    if page is not None:
+        _write_atomic(course.grading / "feedback" / student / chapter / f"{chapter}.html", page)
+    if summary is not None:
+        summary.add_stage("executed notebook write", t1 - t0)
+        summary.add_stage("feedback write", time.perf_counter() - t1)
+
+
+def _copy_exchange_files(course: Course, task: Task) -> None:
+    """The exchange's bookkeeping that nbgrader's collect leaves beside a submission (``timestamp.txt``,
+    ``submission_secret.txt``), beside the learner's feedback page and autograded notebook: ``nbgrader
+    release_feedback`` names each learner's page from them, and stops for the whole class when one is missing
+    or unreadable. Only the copies discovery read and validated are written (never the learner's files
+    themselves); beside a feedback page whose learner had no valid ones, learner_files.feedback_exchange_files
+    puts stand-ins, so everyone else's feedback is still released (that learner is flagged)."""
+    feedback = course.grading / "feedback" / task.student / task.chapter
+    if feedback.is_dir():
+        for name, data in learner_files.feedback_exchange_files(task.exchange).items():
+            _write_atomic_bytes(feedback / name, data)
+    autograded = course.grading / "autograded" / task.student / task.chapter
+    if autograded.is_dir():
+        for name, data in task.exchange.items():
+            _write_atomic_bytes(autograded / name, data)
+
+
+def write_csv(course: Course, rows: list[dict]) -> tuple[Path, Path]:
+    from .export import safe_writer  # ids, flags, reasons and messages are learner text: no cell runs as a formula
+
+    out = course.grading / "grades.csv"
+    buf = io.StringIO()
+    w = safe_writer(buf)
+    w.writerow(["student", "chapter", "status", "score", "max_score", "percent", "flagged", "flags", "reason",
+                "graded_at"])
+    for r in sorted(rows, key=lambda r: (r["student"], r["chapter"])):
+        pct = 100.0 * r["score"] / r["max_score"] if r["max_score"] else 0.0
+        w.writerow([r["student"], r["chapter"], r["status"], f"{r['score']:g}", f"{r['max_score']:g}", f"{pct:.1f}",
+                    "yes" if r["flags"] else "no", " | ".join(r["flags"]), r["reason"],
+                    r["graded_at"].isoformat(timespec="seconds") if r.get("graded_at") else ""])
+    _write_atomic(out, buf.getvalue())
+    per_cell = course.grading / "grades_by_exercise.csv"
+    buf = io.StringIO()
+    w = safe_writer(buf)
+    w.writerow(["student", "chapter", "cell", "score", "max_score", "passed", "messages"])
+    for r in sorted(rows, key=lambda r: (r["student"], r["chapter"])):
+        for cell, v in sorted(r["cells"].items()):
+            w.writerow([r["student"], r["chapter"], cell, f"{v['score']:g}", f"{v['max_score']:g}",
+                        "yes" if v["passed"] else "no", " | ".join(v["messages"])])
+    _write_atomic(per_cell, buf.getvalue())
+    return out, per_cell
