@@ -174,6 +174,13 @@ def parse_timestamp(text: str | None) -> _dt.datetime | None:
     text = text.strip()
     try:
         parts = text.split(" ")
+        if len(parts) == 3 and parts[2] == "UTC":  # what nbgrader's submit writes: no parser needed (fast)
+            try:
+                when = _dt.datetime.fromisoformat(f"{parts[0]} {parts[1]}")
+                if when.tzinfo is None:
+                    return when
+            except ValueError:
+                pass
         if len(parts) == 3:  # "<date> <time> <zone>": nbgrader's own form
             zone_text = parts[2]
             if re.fullmatch(r"[+-]?\d{1,5}", zone_text):
@@ -250,7 +257,6 @@ def inspect_folder(folder: Path, notebook: Path, course_files: set[tuple[int, in
                 st = os.lstat(path)
             except OSError:
                 continue
-            rel = _shown(path.relative_to(folder))
             is_notebook = path == notebook
             if stat.S_ISDIR(st.st_mode):
                 stack.append(path)
@@ -259,12 +265,13 @@ def inspect_folder(folder: Path, notebook: Path, course_files: set[tuple[int, in
                     found.refusal = (f"the submitted notebook is a {kind(st.st_mode)}, not a regular file: refused "
                                      "(the grader reads only regular files)")
                 else:
-                    found.flags.append(f"refused {rel}: a {kind(st.st_mode)} (not read)")
+                    found.flags.append(f"refused {_shown(path.relative_to(folder))}: a {kind(st.st_mode)} (not read)")
             elif (st.st_dev, st.st_ino) in course_files:
                 if is_notebook:
                     found.refusal = "the submitted notebook is a hard link to one of the course's own files: refused"
                 else:
-                    found.flags.append(f"refused {rel}: a hard link to one of the course's own files (not read)")
+                    found.flags.append(f"refused {_shown(path.relative_to(folder))}: a hard link to one of the course's "
+                                       "own files (not read)")
             elif st.st_nlink > 1 and is_notebook:
                 # Graded (a backup made with `cp -al` links every file), but the instructor should know.
                 found.flags.append(f"the submitted notebook is hard-linked elsewhere ({st.st_nlink} links)")
