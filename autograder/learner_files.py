@@ -153,11 +153,6 @@ def unique_ids(names: list[bytes]) -> dict[bytes, tuple[str, list[str]]]:
     return out
 
 
-def usable_as_path_part(student: str) -> bool:
-    """Whether an id may name a folder under grading/ (ids from :func:`student_id` always may)."""
-    return bool(student) and student not in (".", "..") and "/" not in student and "\0" not in student
-
-
 # -- timestamps -------------------------------------------------------------------------------------------
 _ZONE = re.compile(r"[A-Za-z][A-Za-z0-9_+\-]{0,39}(/[A-Za-z0-9_+\-]{1,40}){0,3}")
 
