@@ -560,3 +560,35 @@ def test_an_honest_result_always_decodes_within_the_monitors_budget():
     count, decodes = done.stdout.splitlines()
     assert int(count.split()[0]) <= (5 << 20) // 256 + 2 and count.endswith("True")
     assert decodes == "''"
+
+
+@pytest.mark.unit
+@pytest.mark.timeout(60)
+def test_only_the_setup_pipe_can_make_a_result_the_graders_failure():
+    """A jail step that fails is still the grader's error (said on the setup pipe); "ready" hands over to the
+    result pipe, where nothing the kernel writes can be a grader error."""
+    import os
+
+    from autograder.sandbox import framing, monitor
+
+    def kernel(frame):
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.close(r)
+            if frame is not None:
+                framing.write_frame(w, frame)
+            os._exit(0 if frame is not None else 7)
+        os.close(w)
+        return pid, r
+
+    pid, r = kernel({"ready": True})
+    assert monitor._setup_failure(pid, r, time.monotonic() + 20) is None
+    os.waitpid(pid, 0)
+    pid, r = kernel({"abort": "RuntimeError: sandbox step 'landlock' failed: \x1b[31mENOSYS"})
+    failed = monitor._setup_failure(pid, r, time.monotonic() + 20)
+    assert failed["status"] == "error"
+    assert failed["reason"] == "sandbox setup failed: RuntimeError: sandbox step 'landlock' failed: ENOSYS"
+    pid, r = kernel(None)  # died before saying anything
+    assert monitor._setup_failure(pid, r, time.monotonic() + 20)["reason"] == \
+        "sandbox setup failed: the kernel ended before its jail was built (exit status 7)"

@@ -1,7 +1,8 @@
 """The steps that build a sandbox, one function per name in :class:`.policy.Policy` (monitor and kernel side).
 
 :func:`run_steps` applies a policy's steps in order to a :class:`Jail` (the state they share). A step that
-fails raises: the monitor reports a grader error, the kernel aborts before any learner code ran.
+fails raises: the monitor reports a grader error, the kernel aborts before any learner code ran (and says why on
+its setup pipe, which it closes before the first cell: :mod:`.monitor`).
 """
 from __future__ import annotations
 
