@@ -35,8 +35,16 @@ def show_heatmaps(matrices, titles=None, xlabel="keys", ylabel="queries", cmap="
     matrices = np.asarray(matrices, dtype=float)
     if boolean and not np.isin(matrices, (0.0, 1.0)).all():
         raise ValueError("boolean=True draws 0/1 (False/True) data only; these matrices hold other values")
-    n = len(matrices)
     top = float(vmax) if vmax is not None else max(float(matrices.max()), 1e-12)
+    # The book shows a three-panel row at its column width, about 0.7 of the figure's own size, so the text
+    # is drawn larger than matplotlib's 10 pt default to stay readable there (issue 28).
+    with plt.rc_context({"font.size": 12, "axes.titlesize": 13, "axes.labelsize": 12, "legend.fontsize": 12}):
+        _draw(matrices, titles, xlabel, ylabel, cmap, figsize_per, shared_scale, top, suptitle, boolean, legend)
+    plt.show()
+
+
+def _draw(matrices, titles, xlabel, ylabel, cmap, figsize_per, shared_scale, top, suptitle, boolean, legend):
+    n = len(matrices)
     ncols = min(n, 3)
     nrows = -(-n // ncols)
     fig, grid = plt.subplots(nrows, ncols, figsize=(figsize_per * ncols + 0.8, figsize_per * nrows), squeeze=False,
@@ -69,4 +77,3 @@ def show_heatmaps(matrices, titles=None, xlabel="keys", ylabel="queries", cmap="
         fig.colorbar(image, ax=axes[:n].tolist(), shrink=0.8)
     if suptitle:
         fig.suptitle(suptitle)
-    plt.show()

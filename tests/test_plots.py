@@ -48,6 +48,10 @@ def test_weights_keep_their_colour_bar_and_have_no_legend():
     fig = plt.gcf()
     assert len(_colour_bars(fig)) == 1
     assert not fig.legends
+    # Readable at the book's width, where a row of panels is drawn at about 0.7 of its size.
+    ax = fig.axes[0]
+    assert ax.title.get_fontsize() >= 12 and ax.xaxis.label.get_fontsize() >= 12
+    assert all(t.get_fontsize() >= 11 for t in ax.get_xticklabels())
 
 
 def test_boolean_mode_refuses_data_that_is_not_yes_or_no():
