@@ -295,7 +295,8 @@ def test_the_pages_the_grader_writes_forbid_scripts():
 @pytest.mark.sandbox
 @pytest.mark.timeout(600)
 def test_an_attackers_notebook_graded_by_the_engine_is_written_inert(tmp_path_factory):
-    from autograder import outputs, submissions
+    from autograder import outputs as grading_outputs
+    from autograder import submissions
 
     from .conftest import course_with_engine
 
@@ -316,7 +317,7 @@ def test_an_attackers_notebook_graded_by_the_engine_is_written_inert(tmp_path_fa
     assert "red and a bell PWNMARK-stdout" in text and "\\u001b" not in text
 
     result["feedback_html"] = "<p>feedback</p>"
-    outputs.write_outputs(course, result)  # where `grade` writes the autograded notebook
+    grading_outputs.write_outputs(course, result)  # where `grade` writes the autograded notebook
     written = json.loads((course.grading / "autograded" / "eve" / CHAPTER / f"{CHAPTER}.ipynb").read_text())
     learner = [c for c in written["cells"] if c["cell_type"] != "code" and "atob(" in "".join(c["source"])]
     assert len(learner) == 2 and all(c["source"].startswith(safe_output.LEARNER_TEXT_NOTE) for c in learner)
