@@ -91,7 +91,7 @@ class Summary:
 def grade(course: Course, chapters: list[str] | None = None, *, workers: int | None = None,
           scheduler: str | None = None, db_url: str | None = None, force: bool = False,
           submitted: Path | None = None, limits: dict | None = None, progress: bool = True,
-          report: bool = True, log=print) -> Summary:
+          report: bool = True, similarity: bool = True, log=print) -> Summary:
     """Grade what needs grading. The decision comes first and is cheap: every submission's key (a hash of
     its bytes, its chapter's source, the grading code and the limits) against the keys recorded in the
     gradebook. Only when something is left are workers started (they import torch and start a sandbox
@@ -147,11 +147,21 @@ def grade(course: Course, chapters: list[str] | None = None, *, workers: int | N
         t0 = time.perf_counter()
         write_csv(course, rows)  # while the workers shut down
         summary.add_stage("csv", time.perf_counter() - t0)
+        similar = None
+        if similarity:  # submissions that look copied (autograder/similarity.py), in the CSV and the report
+            from .similarity import run as find_similar
+
+            t0 = time.perf_counter()
+            similar = find_similar(course, chapters, submitted)
+            summary.add_stage("similarity", time.perf_counter() - t0)
+            log(f"similarity: {sum(len(r.pairs) for r in similar)} similar pair(s), "
+                f"{sum(len(r.reference) for r in similar)} matching the reference "
+                f"({course.grading / 'similarity.csv'})")
         if report:
             from .report import write_report
 
             t0 = time.perf_counter()
-            path = write_report(course, rows, failures=summary.failures)
+            path = write_report(course, rows, failures=summary.failures, similarity=similar)
             summary.add_stage("report", time.perf_counter() - t0)
             log(f"class report: {path}")
         if not summary.failures:  # a run with failures must write its report again next time
@@ -256,6 +266,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cell-timeout", type=float, help="seconds per cell (engine default otherwise)")
     parser.add_argument("--notebook-timeout", type=float, help="seconds per notebook (engine default otherwise)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument("--no-similarity", action="store_true",
+                        help="skip the check for submissions that look copied (autograder/similarity.py)")
     parser.add_argument("--stats", type=Path, metavar="FILE.json",
                         help="write the run's numbers here (counts, per-stage seconds, profile time, first result)")
     from .isolation import IsolationUnavailable, add_isolation_arguments, preflight
@@ -278,7 +290,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         summary = grade(course, args.chapters, workers=args.workers, scheduler=args.scheduler, db_url=args.db,
                         force=args.force, submitted=args.submitted, limits=limits,
-                        progress=not args.no_progress)
+                        progress=not args.no_progress, similarity=not args.no_similarity)
     except KeyboardInterrupt:
         print("interrupted: what was graded is recorded; run the same command again to finish", file=sys.stderr)
         return 130

@@ -265,7 +265,9 @@ def misconceptions(course: Course, rows: list[dict]) -> list[dict]:
     return out
 
 
-def render(course: Course, rows: list[dict], failures: list[dict] | None = None) -> str:
+def render(course: Course, rows: list[dict], failures: list[dict] | None = None, similarity=None) -> str:
+    """The report's HTML. ``similarity``: the similarity check's per-chapter results (autograder/similarity.py),
+    whose own escaped sections are placed here; None when the check was not run."""
     esc = html.escape
     chapters = sorted({r["chapter"] for r in rows})
     order = exercise_order(course, chapters)
@@ -326,6 +328,14 @@ def render(course: Course, rows: list[dict], failures: list[dict] | None = None)
              for r in rows if zero_reason(r)]
     parts.append("<h2>Notebooks that scored zero</h2>" + (_table(["student", "chapter", "score", "why"], zeros)
                                                           if zeros else "<p>None.</p>"))
+    if similarity is not None:
+        from .similarity import STYLE as similarity_style
+
+        parts.append("<h2>Submissions that look copied</h2><p>Solution cells compared with each other and with the "
+                     "published reference, after removing the starter code, comments and names (grading/"
+                     "similarity.csv). A high score is a reason to look, not proof: read the lines side by side."
+                     f"</p><style>{similarity_style}</style>"
+                     + ("\n".join(r.html() for r in similarity) or "<p>No submissions to compare.</p>"))
     if failures:
         fail = [[esc(f["student"]), esc(f["chapter"]), f"<pre>{esc(str(f['reason'])[-1500:])}</pre>"] for f in failures]
         parts.append("<h2>Not graded in the last run (grader errors, not the learner's fault; run again)</h2>"
@@ -340,10 +350,10 @@ def render(course: Course, rows: list[dict], failures: list[dict] | None = None)
             f"<style>{style}</style></head><body>" + "\n".join(parts) + "</body></html>")
 
 
-def write_report(course: Course, rows: list[dict], failures: list[dict] | None = None) -> Path:
+def write_report(course: Course, rows: list[dict], failures: list[dict] | None = None, similarity=None) -> Path:
     out = course.grading / "reports" / REPORT_NAME
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.name}.tmp")
-    tmp.write_text(render(course, rows, failures), encoding="utf-8")
+    tmp.write_text(render(course, rows, failures, similarity), encoding="utf-8")
     tmp.replace(out)
     return out
