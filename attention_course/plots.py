@@ -11,7 +11,7 @@ from matplotlib.ticker import MaxNLocator
 BOOLEAN_COLOURS = ("#e8e8e8", "#1f4e9c")
 
 
-def show_heatmaps(matrices, titles=None, xlabel="keys", ylabel="queries", cmap="Reds", figsize_per=2.8,
+def show_heatmaps(matrices, titles=None, xlabel="keys", ylabel="queries", cmap="Purples", figsize_per=2.8,
                   shared_scale=True, vmax=None, suptitle=None, boolean=False, legend=("False", "True")):
     """Draw attention-weight heatmaps whose colours tell the truth, at most three to a row (more side by side
     would be shrunk to the book's column width until their labels cannot be read).
