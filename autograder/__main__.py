@@ -16,6 +16,8 @@
   the self-check's reference outputs, requirements, a README; no solutions, hidden tests or grader).
 - ``mutants [CHAPTER...]``: the mutation score of every graded function's hidden tests.
 - ``similarity [CHAPTER...]``: submissions that look copied, from the gradebook's submitted notebooks.
+- ``deadlines CHAPTER [--due ISO] [--extend STUDENT=HOURS]``: a chapter's due date and learners' extensions
+  (the late-penalty policy is chosen in ``autograder/nbgrader_config.py``; see ``autograder/deadlines.py``).
 - ``nbgrader ARGS...``: run nbgrader with this course's configuration
   (e.g. ``nbgrader autograde 03_scoring_functions``).
 """
@@ -96,7 +98,7 @@ def main(argv: list[str]) -> int:
 
         return export_main(rest)
     # Each of these commands is owned by the module of the same name (its docstring says what it does).
-    if command in ("kit", "mutants", "similarity"):
+    if command in ("kit", "mutants", "similarity", "deadlines"):
         import importlib
 
         return importlib.import_module(f".{command}", __package__).main(rest)

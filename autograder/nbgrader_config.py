@@ -35,3 +35,16 @@ c.ExecutePreprocessor.timeout = 300
 # outputs through its HTML sanitiser. Formgrader's own pages need inline scripts, so no script-blocking
 # Content-Security-Policy can be served for them; the sanitised notebook is what keeps them inert.
 c.HTMLExporter.sanitize_html = True
+
+# Late submissions (docs/instructors.md, "Deadlines"). A chapter's due date is set with
+# `python -m autograder deadlines CHAPTER --due ISO` (or `nbgrader db assignment add CHAPTER --duedate=...`),
+# a learner's extension with `--extend STUDENT=HOURS`. The policy below is read both by stock
+# `nbgrader autograde` and by `python -m autograder grade` (autograder/deadlines.py loads this file), so
+# both assign the same penalties. nbgrader's default is no penalty; uncomment ONE of:
+#
+# nbgrader's own, a late notebook scores zero:
+#   c.LateSubmissionPlugin.penalty_method = "zero"
+# ours, a fraction of the score per started hour late, with a cap (fractions of the score):
+#   c.AssignLatePenalties.plugin_class = "autograder.deadlines.PerHourPenalty"
+#   c.PerHourPenalty.fraction_per_hour = 0.1
+#   c.PerHourPenalty.cap = 0.5

@@ -1,0 +1,217 @@
+"""Due dates, extensions and late penalties, exactly as nbgrader defines them.
+
+``python -m autograder deadlines CHAPTER [--due ISO] [--extend STUDENT=HOURS ...] [--db URL]``
+
+The facts live in nbgrader's own gradebook columns, so stock nbgrader, formgrader and ``nbgrader export``
+read the same ones:
+
+- ``Assignment.duedate``: the chapter's due date (also ``nbgrader db assignment add ID --duedate=...`` or
+  ``python -m autograder release CHAPTER --duedate ISO``);
+- ``SubmittedAssignment.extension``: a learner's extension (an interval added to the due date);
+- ``SubmittedAssignment.timestamp``: the submission time, from the submission's ``timestamp.txt``;
+- ``SubmittedNotebook.late_submission_penalty``: the points the policy takes off.
+
+The policy is nbgrader's: ``c.AssignLatePenalties.plugin_class`` in ``autograder/nbgrader_config.py`` names a
+``LateSubmissionPlugin`` (nbgrader's own, whose ``penalty_method`` is ``'none'`` (the default) or ``'zero'``,
+or :class:`PerHourPenalty` below). :class:`Policy` loads that file with traitlets, builds nbgrader's
+``AssignLatePenalties`` preprocessor from it and asks it for the plugin, then applies nbgrader's own clamp
+(``AssignLatePenalties._check_late_penalty``): so ``grade`` and ``nbgrader autograde`` compute every penalty
+with the same code and the same configuration, rather than two copies that could drift apart.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import math
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from types import SimpleNamespace
+
+from nbgrader.plugins import LateSubmissionPlugin
+from traitlets import Float
+
+from .course import Course
+
+SECONDS_PER_HOUR = 3600.0
+
+
+class PerHourPenalty(LateSubmissionPlugin):
+    """A fraction of the notebook's score lost per started hour late, up to a cap (fractions of the score).
+
+    With the defaults a notebook 1 s to 1 h late loses 10 % of its score, 2 h late 20 %, and from 5 h on
+    half of it. A started hour counts in full (as the learner sees the clock, not in prorated seconds)."""
+
+    fraction_per_hour = Float(0.1, help="Fraction of the score lost per started hour late.").tag(config=True)
+    cap = Float(0.5, help="Most of the score that lateness can take, as a fraction (1.0: all of it).").tag(
+        config=True)
+
+    def late_submission_penalty(self, student_id: str, score: float, total_seconds_late: float) -> float | None:
+        if total_seconds_late <= 0:
+            return None
+        hours = math.ceil(total_seconds_late / SECONDS_PER_HOUR)
+        return score * min(self.cap, self.fraction_per_hour * hours)
+
+    def describe(self) -> str:
+        return (f"{self.fraction_per_hour:.0%} of the score per started hour late, "
+                f"at most {self.cap:.0%}")
+
+
+def describe(plugin) -> str:
+    """One line for learners and instructors: which policy is in force."""
+    if hasattr(plugin, "describe"):
+        return plugin.describe()
+    method = getattr(plugin, "penalty_method", None)
+    if type(plugin) is LateSubmissionPlugin:
+        return "a late notebook scores zero" if method == "zero" else "no late penalty"
+    return f"late penalty by {type(plugin).__module__}.{type(plugin).__name__}"
+
+
+def config_file(course: Course) -> Path:
+    """The nbgrader configuration stock nbgrader reads for this course (``Course.nbgrader_env``)."""
+    return course.root / "autograder" / "nbgrader_config.py"
+
+
+def load_config(course: Course):
+    """The course's nbgrader configuration, read by traitlets as nbgrader's apps read it."""
+    from traitlets.config.loader import PyFileConfigLoader
+
+    path = config_file(course)
+    return PyFileConfigLoader(path.name, path=str(path.parent)).load_config()
+
+
+@dataclass
+class Lateness:
+    """How late one submission was and what it cost."""
+    seconds_late: float
+    penalty: float | None  # None: nbgrader's "no penalty assigned" (also when on time)
+
+    @property
+    def points(self) -> float:
+        return float(self.penalty or 0.0)
+
+
+class Policy:
+    """The course's late-penalty policy: nbgrader's plugin, built the way ``AssignLatePenalties`` builds it."""
+
+    def __init__(self, config=None):
+        from nbgrader.preprocessors import AssignLatePenalties
+
+        self._pre = AssignLatePenalties(config=config) if config is not None else AssignLatePenalties()
+        self._pre.init_plugin()  # plugin_class(parent=self), as nbgrader does before every notebook
+        self.plugin = self._pre.plugin_inst
+
+    @classmethod
+    def for_course(cls, course: Course | None = None) -> "Policy":
+        return cls(load_config(course or Course()))
+
+    def describe(self) -> str:
+        return describe(self.plugin)
+
+    def penalty(self, student_id: str, score: float, seconds_late: float) -> float | None:
+        """The penalty nbgrader's AssignLatePenalties would store: None when on time or when the plugin
+        assigns none, else the plugin's answer clamped to [0, score]."""
+        if not seconds_late or seconds_late <= 0:
+            return None
+        raw = self.plugin.late_submission_penalty(student_id, score, seconds_late)
+        if raw is None:
+            return None
+        return float(self._pre._check_late_penalty(SimpleNamespace(score=score), raw))
+
+    def lateness(self, student_id: str, score: float, timestamp: _dt.datetime | None,
+                 duedate: _dt.datetime | None, extension: _dt.timedelta | None = None) -> Lateness:
+        """nbgrader's ``SubmittedAssignment.total_seconds_late`` (no timestamp or no due date: on time)."""
+        if timestamp is None or duedate is None:
+            return Lateness(0.0, None)
+        due = duedate + extension if extension is not None else duedate
+        late = max(0.0, (timestamp - due).total_seconds())
+        return Lateness(late, self.penalty(student_id, score, late))
+
+
+def how_late(seconds: float) -> str:
+    """``2 h 05 min`` / ``12 min`` / ``40 s``: how late, for people."""
+    seconds = int(round(seconds))
+    if seconds < 60:
+        return f"{seconds} s"
+    hours, minutes = divmod(seconds // 60, 60)
+    return f"{hours} h {minutes:02d} min" if hours else f"{minutes} min"
+
+
+# -- the command ------------------------------------------------------------------------------------------
+def _parse_due(text: str) -> _dt.datetime:
+    """An ISO date (a zone, if given, is converted): naive UTC, as nbgrader stores due dates."""
+    when = _dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    if when.tzinfo is not None:
+        when = when.astimezone(_dt.timezone.utc).replace(tzinfo=None)
+    return when
+
+
+def _parse_extension(text: str) -> tuple[str, float]:
+    student, sep, hours = text.rpartition("=")
+    if not sep or not student:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected STUDENT=HOURS")
+    try:
+        value = float(hours)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: HOURS must be a number") from None
+    if value < 0 or not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"{text!r}: HOURS must be 0 (remove) or more")
+    return student, value
+
+
+def set_deadlines(db_url: str, chapter: str, due: _dt.datetime | None = None,
+                  extensions: list[tuple[str, float]] = ()) -> list[str]:
+    """Write the due date and extensions into nbgrader's columns; returns what was done, one line each."""
+    from nbgrader.api import Gradebook, MissingEntry
+
+    from .gradebook import COURSE_ID
+
+    done = []
+    with Gradebook(db_url, course_id=COURSE_ID) as gb:
+        if due is not None:
+            gb.update_or_create_assignment(chapter, duedate=due)
+            done.append(f"{chapter}: due {due:%Y-%m-%d %H:%M:%S} UTC")
+        else:
+            gb.find_assignment(chapter)  # MissingEntry: say so below
+        for student, hours in extensions:
+            try:
+                gb.find_student(student)
+            except MissingEntry:
+                gb.add_student(student)
+            try:
+                gb.find_submission(chapter, student)
+            except MissingEntry:  # an extension before the learner submits: nbgrader's row, no notebook yet
+                gb.add_submission(chapter, student)
+            gb.grant_extension(chapter, student, hours=hours)
+            done.append(f"{chapter}: {student} " + (f"extension {hours:g} h" if hours else "no extension"))
+    return done
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m autograder deadlines",
+                                     description="Set a chapter's due date and learners' extensions in the "
+                                                 "gradebook (nbgrader's own columns).")
+    parser.add_argument("chapter", metavar="CHAPTER")
+    parser.add_argument("--due", type=_parse_due, metavar="ISO",
+                        help="due date, e.g. 2026-12-01T23:59 (UTC unless a zone is given)")
+    parser.add_argument("--extend", type=_parse_extension, action="append", default=[], metavar="STUDENT=HOURS",
+                        help="extend STUDENT's due date by HOURS (0 removes it); repeatable")
+    parser.add_argument("--db", metavar="URL", help="gradebook URL (default: the course's)")
+    parser.add_argument("--course", type=Path, metavar="DIR", help="course root (default: this repository)")
+    args = parser.parse_args(argv)
+    course = Course(args.course) if args.course else Course()
+    from nbgrader.api import MissingEntry
+
+    try:
+        lines = set_deadlines(args.db or course.db_url, args.chapter, args.due, args.extend)
+    except MissingEntry:
+        print(f"{args.chapter} is not in the gradebook: give --due, or release it first", file=sys.stderr)
+        return 2
+    for line in lines:
+        print(line)
+    print(f"policy: {Policy.for_course(course).describe()} (autograder/nbgrader_config.py)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
