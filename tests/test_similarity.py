@@ -15,7 +15,6 @@ from autograder import similarity
 from autograder.course import Course
 from tests.similarity_corpus import FUNCTIONS
 
-pytestmark = pytest.mark.unit
 CHAPTER = "01_cognitive_attention"
 CELLS = {"softmax": ["softmax"], "attention_pooling": ["attention_pooling"],
          "cue_weights": ["saliency_weights", "query_weights"]}
@@ -45,6 +44,7 @@ def independent(i: int) -> dict[str, str]:
     return {gid: "\n\n".join(FUNCTIONS[f][i].strip() for f in funcs) for gid, funcs in CELLS.items()}
 
 
+@pytest.mark.unit
 def test_every_independent_solution_is_correct():
     """The corpus is what it claims: every variant computes what chapter 1 asks (else 'independent correct
     solutions' would prove nothing)."""
@@ -119,6 +119,7 @@ def scores_between(release_nb, reference_nb, learners: dict[str, dict[str, str]]
     return {frozenset((p.a.student, p.b.student)): p.score for p in result.pairs}, result
 
 
+@pytest.mark.unit
 def test_independent_solutions_are_not_paired_and_copies_are(release, reference, capsys):
     rng = random.Random(7)
     learners = {f"independent{i:02d}": independent(i) for i in range(12)}
@@ -140,6 +141,7 @@ def test_independent_solutions_are_not_paired_and_copies_are(release, reference,
         frozenset((f"independent{i:02d}", f"copier{i:02d}")) for i in range(0, 12, 2)}
 
 
+@pytest.mark.unit
 def test_the_reference_is_reported_apart_and_blanks_are_not_paired(release, reference):
     ref_sources = {gid: "\n\n".join(c.source for c in reference.cells
                                     if c.get("metadata", {}).get("nbgrader", {}).get("grade_id") == gid)
@@ -154,6 +156,7 @@ def test_the_reference_is_reported_apart_and_blanks_are_not_paired(release, refe
     assert result.pairs == []  # two reference copiers are one finding each, not a pair; blanks share nothing
 
 
+@pytest.mark.unit
 def test_hostile_sources_and_names_are_data(release, reference):
     evil = '</pre><script>alert(1)</script>\n"""never closed\n\x00\tdef (:'
     learners = [("<img src=x onerror=alert(1)>", learner_notebook(release, {"softmax": evil + FUNCTIONS["softmax"][0]})),
@@ -164,6 +167,7 @@ def test_hostile_sources_and_names_are_data(release, reference):
     assert "&lt;script&gt;" in page or not result.pairs
 
 
+@pytest.mark.unit
 def test_fingerprints_survive_what_winnowing_promises():
     """Any shared run of W + K - 1 normalised tokens yields a shared fingerprint, wherever it sits."""
     rng = random.Random(3)
@@ -176,6 +180,7 @@ def test_fingerprints_survive_what_winnowing_promises():
     assert fa.keys() & fb.keys()
 
 
+@pytest.mark.unit
 def test_command_reads_the_submitted_layout_and_writes_the_csv(release, reference, tmp_path, capsys):
     """`python -m autograder similarity CHAPTER --course ROOT`: nbgrader's submitted/ layout in, the pairs out
     (printed and in grading/similarity.csv, formula-like ids neutralised); a symlinked notebook is skipped."""
@@ -200,3 +205,37 @@ def test_command_reads_the_submitted_layout_and_writes_the_csv(release, referenc
     rows = list(csv.DictReader(open(course.grading / similarity.CSV_NAME, encoding="utf-8")))
     assert [(r["kind"], {r["student_a"], r["student_b"]}) for r in rows] == [
         ("pair", {"'=HYPERLINK(1)", "copier"})]
+
+
+@pytest.mark.services
+def test_class_report_shows_pairs_side_by_side_in_chromium(release, reference, tmp_path):
+    """The class report's similarity section, opened in headless Chromium: the copied pair is listed with both
+    submissions side by side and the shared lines marked; a learner's `<script>` in a cell or an id is text."""
+    from autograder.report import render
+    from tests.browser import Browser
+
+    evil = {gid: src for gid, src in independent(7).items()}
+    evil["softmax"] = evil["softmax"] + "\n# </pre><script>window.__pwned = 1</script>"
+    learners = [("<img src=x onerror='window.__pwned=2'>", learner_notebook(release, evil)),
+                ("copier", learner_notebook(release, {g: disguise(s, random.Random(4)) for g, s in evil.items()})),
+                ("honest", learner_notebook(release, independent(2)))]
+    result = similarity.check_chapter(CHAPTER, learners, release, reference)
+    page_path = tmp_path / "class_report.html"
+    page_path.write_text(render(Course(), [], None, [result]), encoding="utf-8")
+    browser = Browser()
+    try:
+        page = browser.open(page_path.as_uri(), "document.readyState === 'complete'")
+        page.evaluate("document.querySelectorAll('details').forEach(d => d.open = true)")
+        sides = page.evaluate("Array.from(document.querySelectorAll('.sbs > div')).map(d => "
+                              "[d.querySelector('h4').innerText, d.querySelectorAll('mark').length, "
+                              "d.getBoundingClientRect().width])")
+        summary = page.evaluate("document.querySelector('details summary').innerText")
+        pwned = page.evaluate("window.__pwned === undefined ? null : window.__pwned")
+        scripts = page.evaluate("document.querySelectorAll('script, img').length")
+    finally:
+        browser.close()
+    assert pwned is None and scripts == 0
+    assert [s[0] for s in sides] == ["<img src=x onerror='window.__pwned=2'>", "copier"] or \
+        [s[0] for s in sides] == ["copier", "<img src=x onerror='window.__pwned=2'>"]
+    assert all(marks >= 3 and width > 200 for _, marks, width in sides), sides  # two readable columns, marked
+    assert "of the shorter submission shared" in summary
