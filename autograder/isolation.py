@@ -537,8 +537,12 @@ def _add_budget_notes(decided: dict, notes: dict[str, dict]) -> None:
     """Say, in a failed budget cell's feedback, that it ran under a memory budget (and whether it was stopped)."""
     for gid, info in notes.items():
         cell = decided.get(gid)
-        if cell is not None and not cell["passed"]:
-            cell["messages"].insert(0, info["note"] or memory_budget.note(info["budget"]))
+        if cell is None or cell["passed"]:
+            continue
+        if info["note"]:  # the job was stopped: its checks never ran, and this is the only thing to say
+            cell["messages"][:] = [info["note"]]
+        else:
+            cell["messages"].insert(0, memory_budget.note(info["budget"]))
 
 
 def _merge_outputs(nb: nbformat.NotebookNode, report: dict) -> nbformat.NotebookNode:

@@ -98,8 +98,8 @@ def merge(report: dict, index: int, budget: dict, job_report: dict) -> str | Non
     cells[str(index)] = {"outputs": [], "execution_count": None}
     reason = str(job_report.get("reason", ""))
     what = (f"went past its memory budget of {budget['mb']:g} MiB and was stopped" if "out of memory" in reason
-            else "did not finish")
-    return f"this test runs under a memory budget and {what}" + (f": {budget['hint']}" if budget["hint"] else "")
+            else f"did not finish (it runs alone, under a memory budget of {budget['mb']:g} MiB)")
+    return f"this test {what}" + (f": {budget['hint']}" if budget["hint"] else "")
 
 
 def note(budget: dict) -> str:
