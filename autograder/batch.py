@@ -141,7 +141,9 @@ def grade(course: Course, chapters: list[str] | None = None, *, workers: int | N
         backend.start(expected_runnable)  # workers warm up (torch import) while this process opens the gradebook
         from .gradebook import GradebookWriter
 
-        with GradebookWriter(db_url) as writer:
+        from .deadlines import Policy
+
+        with GradebookWriter(db_url, policy=Policy.for_course(course)) as writer:
             rows = _grade_into(writer, course, tasks, sources, backend, summary, force, progress, log, started)
         summary.workers_started = getattr(backend, "started", 0)
         t0 = time.perf_counter()
@@ -216,10 +218,17 @@ def _grade_into(writer, course: Course, tasks: list[Task], sources: dict, backen
             result["student"], result["chapter"] = task.student, task.chapter
             result["flags"] = list(task.flags) + list(result.get("flags") or [])
             t0 = time.perf_counter()
+            timestamp = _parse_timestamp(task.timestamp)
+            late = writer.lateness_of(task.student, task.chapter, timestamp, float(result.get("score") or 0.0))
+            if late.seconds_late > 0:  # shown on the feedback page (autograder/deadlines.py owns the policy)
+                from .deadlines import how_late
+
+                result["late"] = {"seconds": late.seconds_late, "text": how_late(late.seconds_late),
+                                  "penalty": late.points, "policy": writer.policy.describe()}
             write_outputs(course, result, summary)
             _copy_exchange_files(course, task)
             t1 = time.perf_counter()
-            writer.write_result(result, task.key, _parse_timestamp(task.timestamp))
+            writer.write_result(result, task.key, timestamp)
             summary.add_stage("gradebook write", time.perf_counter() - t1)
             summary.graded += status == "graded"
             summary.zero += status == "zero"

@@ -27,13 +27,17 @@ is exported, exactly as ``nbgrader export`` would count it. Formats (files under
     pass ``--roster`` a gradebook export from Canvas to copy its Student, ID, SIS User ID and Section
     for every learner whose SIS Login ID (or ID) is the nbgrader student id.
 
+Every score is after the chapter's late penalty (nbgrader's ``late_submission_penalty``, see
+``autograder/deadlines.py``), as ``nbgrader export``'s ``score`` column is.
+
 ``long`` -> ``grades_long.csv``: one row per learner and chapter (what most scripts want):
-    ``student, chapter, score, max_score, percent, status, manual`` where ``status`` is ``graded``,
+    ``student, chapter, score, max_score, percent, status, manual, late_penalty`` where ``status`` is ``graded``,
     ``zero`` (the autograder could not grade it: see grades.csv's reason), ``missing`` (not submitted)
     or ``nbgrader`` (graded by stock nbgrader, not by ``python -m autograder grade``), and ``manual`` is
     ``yes`` when an instructor's manual score changed the autograded total.
 
-``wide`` -> ``grades_wide.csv``: ``student``, one column per chapter and ``total``, ``max_total``.
+``wide`` -> ``grades_wide.csv``: ``student``, one column per chapter and ``total``, ``max_total``,
+    ``late_penalty`` (the points lateness took off the total).
 
 Every text cell of every CSV the grader writes goes through :func:`safe_cell`: student ids are folder names a
 learner chose, and a cell that starts like a formula (``=``, ``+``, ``-``, ``@``, a tab or a carriage return)
@@ -95,11 +99,15 @@ def read_grades(db_url: str, chapters: list[str] | None = None) -> Grades:
         for chapter in order:
             grades.max_score[chapter] = float(gb.find_assignment(chapter).max_score)
             for sub in gb.assignment_submissions(chapter):
-                score = float(sub.score)
-                status, auto = ours.get((sub.student_id, chapter), ("nbgrader", score))
+                raw = float(sub.score)
+                # nbgrader's late_submission_penalty (autograder/deadlines.py); exported scores are after it,
+                # as nbgrader export's "score" column is.
+                penalty = float(sub.late_submission_penalty or 0.0)
+                status, auto = ours.get((sub.student_id, chapter), ("nbgrader", raw))
                 grades.scores[(sub.student_id, chapter)] = {
-                    "score": score, "max_score": float(sub.max_score), "status": status,
-                    "manual": status != "nbgrader" and abs(score - auto) > 1e-9}
+                    "score": max(0.0, raw - penalty), "raw_score": raw, "penalty": penalty,
+                    "max_score": float(sub.max_score), "status": status,
+                    "manual": status != "nbgrader" and abs(raw - auto) > 1e-9}
     return grades
 
 
@@ -185,29 +193,29 @@ def canvas_csv(grades: Grades, missing: str = "blank", roster: dict[str, dict] |
 def long_csv(grades: Grades) -> str:
     buf = io.StringIO()
     w = safe_writer(buf, lineterminator="\n")
-    w.writerow(["student", "chapter", "score", "max_score", "percent", "status", "manual"])
+    w.writerow(["student", "chapter", "score", "max_score", "percent", "status", "manual", "late_penalty"])
     for learner in grades.learners:
         for chapter in grades.chapters:
             got = grades.scores.get((learner.id, chapter))
             mx = grades.max_score[chapter]
             if got is None:
-                w.writerow([learner.id, chapter, "0", _fmt(mx), "0.0", "missing", "no"])
+                w.writerow([learner.id, chapter, "0", _fmt(mx), "0.0", "missing", "no", "0"])
                 continue
             pct = 100.0 * got["score"] / mx if mx else 0.0
             w.writerow([learner.id, chapter, _fmt(got["score"]), _fmt(mx), f"{pct:.1f}", got["status"],
-                        "yes" if got["manual"] else "no"])
+                        "yes" if got["manual"] else "no", _fmt(got["penalty"])])
     return buf.getvalue()
 
 
 def wide_csv(grades: Grades, missing: str = "blank") -> str:
     buf = io.StringIO()
     w = safe_writer(buf, lineterminator="\n")
-    w.writerow(["student", *grades.chapters, "total", "max_total"])
+    w.writerow(["student", *grades.chapters, "total", "max_total", "late_penalty"])
     for learner in grades.learners:
-        total = sum(grades.scores[(learner.id, c)]["score"] for c in grades.chapters
-                    if (learner.id, c) in grades.scores)
-        w.writerow([learner.id, *[_cell(grades, learner.id, c, missing) for c in grades.chapters], _fmt(total),
-                    _fmt(sum(grades.max_score.values()))])
+        got = [grades.scores[(learner.id, c)] for c in grades.chapters if (learner.id, c) in grades.scores]
+        w.writerow([learner.id, *[_cell(grades, learner.id, c, missing) for c in grades.chapters],
+                    _fmt(sum(g["score"] for g in got)), _fmt(sum(grades.max_score.values())),
+                    _fmt(sum(g["penalty"] for g in got))])
     return buf.getvalue()
 
 

@@ -105,8 +105,10 @@ def is_sqlite(db_url: str) -> bool:
 class GradebookWriter:
     """The one writer of a batch run. Use as a context manager."""
 
-    def __init__(self, db_url: str, course_id: str = COURSE_ID):
+    def __init__(self, db_url: str, course_id: str = COURSE_ID, policy=None):
         self.db_url = db_url
+        # The late-penalty policy (autograder/deadlines.py); None: the repository course's, loaded on first use.
+        self._policy = policy
         # nbgrader runs `alembic` (installed beside this interpreter) when it creates a new gradebook.
         bindir = str(Path(sys.executable).parent)
         if bindir not in os.environ.get("PATH", "").split(os.pathsep):
@@ -128,6 +130,14 @@ class GradebookWriter:
         self.session = self.gb.db
         self._retry(lambda: _meta.create_all(self.gb.engine))
         self._retry(self._add_isolation_column)
+
+    @property
+    def policy(self):
+        if self._policy is None:
+            from .deadlines import Policy
+
+            self._policy = Policy.for_course()
+        return self._policy
 
     # -- plumbing -------------------------------------------------------------------------------
     def close(self) -> None:
@@ -268,7 +278,10 @@ class GradebookWriter:
                     if i == 0:
                         comment.auto_comment = note
                 subnb.flagged = bool(flags)
-                subnb.late_submission_penalty = 0.0
+                # As nbgrader's AssignLatePenalties: the score (manual scores and extra credit included),
+                # the lateness of the submission against its due date plus extension, the course's plugin.
+                score = sum(_grade_score(g) for g in grades.values())
+                subnb.late_submission_penalty = self.policy.penalty(student_id, score, sub.total_seconds_late)
         s.execute(delete(RESULTS).where(and_(RESULTS.c.student == student_id, RESULTS.c.chapter == chapter)))
         s.execute(insert(RESULTS).values(
             student=student_id, chapter=chapter, key=key, status=result["status"],
@@ -294,14 +307,54 @@ class GradebookWriter:
         query = select(RESULTS)
         if chapters:
             query = query.where(RESULTS.c.chapter.in_(chapters))
+        late = self.lateness(chapters)
         rows = []
         for r in self.session.execute(query).mappings():
             row = dict(r)
             row["flags"] = json.loads(row["flags"])
             row["cells"] = json.loads(row["cells"])
+            row["late_seconds"], row["penalty"] = late.get((row["student"], row["chapter"]), (0.0, 0.0))
             rows.append(row)
         self.session.commit()
         return sorted(rows, key=lambda r: (r["chapter"], r["student"]))
+
+    def lateness_of(self, student_id: str, chapter: str, timestamp, score: float):
+        """How late this submission is and what it costs (deadlines.Lateness), before it is recorded: the
+        chapter's due date and the learner's extension as the gradebook has them now."""
+        s = self.session
+        assignment = s.execute(select(Assignment).filter_by(name=chapter)).scalar_one_or_none()
+        sub = None if assignment is None else s.execute(select(SubmittedAssignment).filter_by(
+            assignment_id=assignment.id, student_id=student_id)).scalar_one_or_none()
+        late = self.policy.lateness(student_id, score, timestamp, assignment.duedate if assignment else None,
+                                    sub.extension if sub is not None else None)
+        s.commit()
+        return late
+
+    def lateness(self, chapters: list[str] | None = None) -> dict[tuple[str, str], tuple[float, float]]:
+        """{(student, chapter): (seconds late, points lost)} of every submission, from nbgrader's columns."""
+        query = select(SubmittedAssignment).join(Assignment)
+        if chapters:
+            query = query.where(Assignment.name.in_(chapters))
+        out = {}
+        for sub in self.session.execute(query).scalars():
+            penalty = sum(float(n.late_submission_penalty or 0.0) for n in sub.notebooks)
+            out[(sub.student_id, sub.assignment.name)] = (float(sub.total_seconds_late), penalty)
+        return out
+
+    def reapply_penalties(self, chapter: str) -> int:
+        """Recompute every recorded penalty of ``chapter`` (after its due date or an extension changed)."""
+        def action():
+            s, changed = self.session, 0
+            for sub in s.execute(select(SubmittedAssignment).join(Assignment)
+                                 .where(Assignment.name == chapter)).scalars():
+                for subnb in sub.notebooks:
+                    score = sum(_grade_score(g) for g in subnb.grades)
+                    penalty = self.policy.penalty(sub.student_id, score, sub.total_seconds_late)
+                    changed += (subnb.late_submission_penalty or 0.0) != (penalty or 0.0)
+                    subnb.late_submission_penalty = penalty
+            s.commit()
+            return changed
+        return self._retry(action)
 
     def snapshot(self) -> dict:
         """Everything that grading decides, in a comparable form (no times, no generated ids)."""
@@ -320,6 +373,15 @@ class GradebookWriter:
                    for r in self.results()}
         s.commit()
         return {"grades": sorted(tuple(g) for g in grades), "results": results}
+
+
+def _grade_score(grade: Grade) -> float:
+    """nbgrader's ``Grade.score`` (a manual score overrides the automatic one; extra credit adds), in Python:
+    the column property is not refreshed until the transaction is flushed."""
+    base = grade.manual_score if grade.manual_score is not None else grade.auto_score
+    if base is None:
+        return 0.0
+    return float(base) + float(grade.extra_credit or 0.0)
 
 
 def _cell_summary(cells: dict) -> dict:

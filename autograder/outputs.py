@@ -47,6 +47,8 @@ def write_outputs(course: Course, result: dict, summary: Summary | None = None) 
                                  ensure_ascii=False))
     t1 = time.perf_counter()
     page = result.pop("feedback_html", None)  # rendered by the worker
+    if result.get("late"):  # the lateness is known here, not in the worker: render the page here, with it
+        page = None
     if page is None:
         feedback_html = getattr(importlib.import_module(engine_module_name()), "feedback_html", None)
         page = feedback_html(result) if feedback_html is not None else None
@@ -80,13 +82,18 @@ def write_csv(course: Course, rows: list[dict]) -> tuple[Path, Path]:
     out = course.grading / "grades.csv"
     buf = io.StringIO()
     w = safe_writer(buf)
+    # score is before any late penalty; late_hours, late_penalty and final_score (after it) come from the
+    # gradebook's nbgrader columns (autograder/deadlines.py).
     w.writerow(["student", "chapter", "status", "score", "max_score", "percent", "flagged", "flags", "reason",
-                "graded_at"])
+                "graded_at", "late_hours", "late_penalty", "final_score"])
     for r in sorted(rows, key=lambda r: (r["student"], r["chapter"])):
         pct = 100.0 * r["score"] / r["max_score"] if r["max_score"] else 0.0
+        penalty = float(r.get("penalty") or 0.0)
         w.writerow([r["student"], r["chapter"], r["status"], f"{r['score']:g}", f"{r['max_score']:g}", f"{pct:.1f}",
                     "yes" if r["flags"] else "no", " | ".join(r["flags"]), r["reason"],
-                    r["graded_at"].isoformat(timespec="seconds") if r.get("graded_at") else ""])
+                    r["graded_at"].isoformat(timespec="seconds") if r.get("graded_at") else "",
+                    f"{float(r.get('late_seconds') or 0.0) / 3600:.2f}", f"{penalty:g}",
+                    f"{max(0.0, r['score'] - penalty):g}"])
     _write_atomic(out, buf.getvalue())
     per_cell = course.grading / "grades_by_exercise.csv"
     buf = io.StringIO()

@@ -631,6 +631,12 @@ def feedback_html(result: dict) -> str:
              "<div class='attention-course-feedback'>",
              f"<h2>{esc(str(result.get('chapter', '')))}: {result.get('score', 0):g} / "
              f"{result.get('max_score', 0):g} points</h2>"]
+    late = result.get("late")
+    if late:  # the grader's own numbers (autograder/deadlines.py): how late, the points lost, the policy
+        after = max(0.0, float(result.get("score", 0)) - float(late.get("penalty", 0)))
+        parts.append(f"<p class='late'><strong>Late:</strong> submitted {esc(str(late.get('text', '')))} after "
+                     f"the due date; {float(late.get('penalty', 0)):g} points lost, so {after:g} / "
+                     f"{result.get('max_score', 0):g} count (policy: {esc(str(late.get('policy', '')))}).</p>")
     if result.get("status") == "failed":  # the grader's own trouble: its details are for the instructor
         parts.append("<p class='reason'><strong>Not graded:</strong> the grader had a problem with this notebook "
                      "(not your fault); your instructor can see why.</p>")
