@@ -324,6 +324,19 @@ def render(course: Course, rows: list[dict], failures: list[dict] | None = None,
                 "<br>".join(esc(f) for f in r["flags"])] for r in rows if r["flags"]]
     parts.append("<h2>Flagged notebooks</h2>" + (_table(["student", "chapter", "score", "flags"], flagged)
                                                  if flagged else "<p>None.</p>"))
+    late = [r for r in rows if (r.get("late_seconds") or 0) > 0]
+    if late:  # nbgrader's columns, written by the gradebook writer with the course's policy (autograder/deadlines.py)
+        from .deadlines import how_late
+
+        body = [[esc(r["student"]), esc(r["chapter"]), esc(how_late(r["late_seconds"])),
+                 f"{float(r.get('penalty') or 0.0):g}",
+                 f"{max(0.0, r['score'] - float(r.get('penalty') or 0.0)):g} / {r['max_score']:g}"]
+                for r in sorted(late, key=lambda r: (r["chapter"], -r["late_seconds"], r["student"]))]
+        parts.append("<h2>Late submissions</h2><p>After the due date plus any extension. The policy is set in "
+                     "autograder/nbgrader_config.py (stock nbgrader applies the same one).</p>"
+                     + _table(["student", "chapter", "late by", "points lost", "score after the penalty"], body))
+    else:
+        parts.append("<h2>Late submissions</h2><p>None.</p>")
     zeros = [[esc(r["student"]), esc(r["chapter"]), f"{r['score']:g} / {r['max_score']:g}", esc(zero_reason(r))]
              for r in rows if zero_reason(r)]
     parts.append("<h2>Notebooks that scored zero</h2>" + (_table(["student", "chapter", "score", "why"], zeros)
