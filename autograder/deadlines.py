@@ -162,12 +162,14 @@ def _parse_extension(text: str) -> tuple[str, float]:
 def set_deadlines(db_url: str, chapter: str, due: _dt.datetime | None = None,
                   extensions: list[tuple[str, float]] = ()) -> list[str]:
     """Write the due date and extensions into nbgrader's columns; returns what was done, one line each."""
-    from nbgrader.api import Gradebook, MissingEntry
+    from nbgrader.api import MissingEntry
 
-    from .gradebook import COURSE_ID
+    from .gradebook import GradebookWriter
 
     done = []
-    with Gradebook(db_url, course_id=COURSE_ID) as gb:
+    # The writer opens nbgrader's Gradebook as grading does (alembic on PATH for a new one, WAL, clear errors).
+    with GradebookWriter(db_url, policy=Policy()) as writer:
+        gb = writer.gb
         if due is not None:
             gb.update_or_create_assignment(chapter, duedate=due)
             done.append(f"{chapter}: due {due:%Y-%m-%d %H:%M:%S} UTC")
@@ -185,6 +187,18 @@ def set_deadlines(db_url: str, chapter: str, due: _dt.datetime | None = None,
             gb.grant_extension(chapter, student, hours=hours)
             done.append(f"{chapter}: {student} " + (f"extension {hours:g} h" if hours else "no extension"))
     return done
+
+
+def reapply(course: Course, db_url: str, chapter: str, policy: Policy) -> int:
+    """Penalties of notebooks graded before the due date or an extension changed follow the change; the next
+    ``grade`` rewrites grades.csv and the report (their up-to-date mark is removed)."""
+    from .discovery import OUTPUTS_STATE
+    from .gradebook import GradebookWriter
+
+    with GradebookWriter(db_url, policy=policy) as writer:
+        changed = writer.reapply_penalties(chapter)
+    (course.grading / OUTPUTS_STATE).unlink(missing_ok=True)
+    return changed
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -209,7 +223,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     for line in lines:
         print(line)
-    print(f"policy: {Policy.for_course(course).describe()} (autograder/nbgrader_config.py)")
+    policy = Policy.for_course(course)
+    changed = reapply(course, args.db or course.db_url, args.chapter, policy)
+    print(f"policy: {policy.describe()} (autograder/nbgrader_config.py); {changed} recorded penalty(ies) changed")
     return 0
 
 
