@@ -59,8 +59,10 @@ def _draw(matrices, titles, xlabel, ylabel, cmap, figsize_per, shared_scale, top
                               interpolation="nearest")
         else:
             image = ax.imshow(matrices[i], cmap=cmap, vmin=0.0, vmax=panel_top)
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # rows and columns are positions
-        ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+        # Rows and columns are positions: integer ticks, at most about five, so that two-digit labels at the
+        # larger font do not run into each other.
+        ax.xaxis.set_major_locator(MaxNLocator(nbins=5, integer=True))
+        ax.yaxis.set_major_locator(MaxNLocator(nbins=5, integer=True))
         ax.set_xlabel(xlabel)
         if i % ncols == 0:
             ax.set_ylabel(ylabel)
