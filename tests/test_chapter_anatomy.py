@@ -57,6 +57,93 @@ def test_every_exercise_says_when_it_is_done_and_has_a_two_level_hint(chapter):
     assert not problems, f"{chapter}:\n  " + "\n  ".join(problems)
 
 
+HINT = re.compile(r"<details>\s*<summary>(.*?)</summary>(.*?)</details>", re.S)
+TOKEN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*|\d+(?:\.\d+)?|\*\*|//|==|!=|<=|>=|->|[^\sA-Za-z0-9_]")
+# A hint quoting this many consecutive tokens of the reference solution hands over a whole statement of it
+# (``scores = dot_score(queries, keys) / math.sqrt(queries.shape[-1])`` is 18); shorter runs are API names
+# and shapes, which a hint may name.
+LONGEST_QUOTE = 12
+# ... and a hint whose quoted runs of 6 or more tokens add up to this share of the solution writes it.
+MOST_OF_IT = 0.25
+
+
+def _exercises(chapter):
+    """(grade id, the markdown just before the solution cell, the solution's code) for every exercise."""
+    nb = _source(chapter)
+    for i, cell in enumerate(nb.cells):
+        if is_solution(cell):
+            intro = next((c.source for c in reversed(nb.cells[:i]) if c.cell_type == "markdown"), "")
+            yield grade_id(cell), intro, cell.source
+
+
+def _solution_tokens(source: str) -> list[str]:
+    body = re.search(r"### BEGIN SOLUTION(.*?)### END SOLUTION", source, re.S)
+    code = re.sub(r"#.*", "", body.group(1) if body else source)  # comments are not the solution
+    return TOKEN.findall(code)
+
+
+def _code_spans(markdown: str) -> list[str]:
+    fenced = re.findall(r"```[^\n]*\n(.*?)```", markdown, re.S)
+    return fenced + re.findall(r"`([^`\n]+)`", re.sub(r"```.*?```", "", markdown, flags=re.S))
+
+
+def _longest_common_run(a: list[str], b: list[str]) -> int:
+    best, previous = 0, [0] * (len(b) + 1)
+    for x in a:
+        current = [0] * (len(b) + 1)
+        for j, y in enumerate(b):
+            if x == y:
+                current[j + 1] = previous[j] + 1
+                best = max(best, current[j + 1])
+        previous = current
+    return best
+
+
+def quoted_solution(hint: str, solution_source: str) -> tuple[int, float]:
+    """The longest run of solution tokens a hint's code quotes, and the share of the solution its runs of six
+    or more tokens cover."""
+    solution = _solution_tokens(solution_source)
+    runs = [_longest_common_run(TOKEN.findall(span), solution) for span in _code_spans(hint)]
+    return max(runs, default=0), sum(r for r in runs if r >= 6) / max(len(solution), 1)
+
+
+def test_the_giveaway_heuristic_flags_a_quoted_solution_and_passes_a_pointer():
+    solution = ("def f(q, k, v):\n    ### BEGIN SOLUTION\n    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])\n"
+                "    return torch.softmax(scores, dim=-1) @ v\n    ### END SOLUTION\n")
+    longest, share = quoted_solution("`scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])`, then softmax",
+                                     solution)
+    assert longest >= LONGEST_QUOTE and share >= MOST_OF_IT
+    longest, share = quoted_solution("Scale the scores by the square root of the key size before the softmax "
+                                     "over the keys (`dim=-1`).", solution)
+    assert longest < LONGEST_QUOTE and share < MOST_OF_IT
+
+
+# Chapters 8 and 9 are being revised by their own owners (issue 28): their hint titles ("Hint", "Hint 1") and
+# chapter 9's kv_cache_bytes step hint do not meet the rule yet. Strict, so the marker must go once they do.
+_HINTS_PENDING = {"08_transformer"}
+HINT_CHAPTERS = [pytest.param(c, marks=pytest.mark.xfail(strict=True, reason="hints under revision by the chapter's owner"))
+                 if c in _HINTS_PENDING else c for c in CHAPTERS]
+
+
+@pytest.mark.parametrize("chapter", HINT_CHAPTERS)
+def test_every_exercise_has_an_idea_hint_and_a_step_hint_that_is_not_the_solution(chapter):
+    """Exactly two folded hints before each exercise: "Hint 1 (the idea)" and "Hint 2 ..." (the step).
+    Neither is the solution: hint 2 points at the step and must not quote the reference's statements."""
+    problems = []
+    for gid, intro, solution in _exercises(chapter):
+        hints = HINT.findall(intro)
+        titles = [title.strip() for title, _ in hints]
+        if len(hints) != 2 or not titles[0].startswith("Hint 1 (the idea)") or not titles[1].startswith("Hint 2"):
+            problems.append(f"{gid}: want two folded hints 'Hint 1 (the idea)' and 'Hint 2 ...', found {titles}")
+            continue
+        for title, text in hints:
+            longest, share = quoted_solution(text, solution)
+            if longest >= LONGEST_QUOTE or share >= MOST_OF_IT:
+                problems.append(f"{gid}: '{title}' quotes the solution ({longest} tokens in a row, "
+                                f"{share:.0%} of it); point at the step instead")
+    assert not problems, f"{chapter}:\n  " + "\n  ".join(problems)
+
+
 @pytest.mark.parametrize("chapter", CHAPTERS)
 def test_chapter_closes_with_summary_questions_and_reading(chapter):
     text = _markdown(_source(chapter))
