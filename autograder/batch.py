@@ -53,7 +53,8 @@ class Summary:
     submissions: int = 0
     up_to_date: int = 0
     graded: int = 0
-    zero: int = 0
+    zero: int = 0  # "not gradable": the grader could not grade the notebook (status "zero"; it scores 0)
+    scored_zero: int = 0  # every recorded notebook worth 0 points, the not gradable ones included
     flagged: int = 0
     failed: int = 0
     seconds: float = 0.0
@@ -79,7 +80,9 @@ class Summary:
             extra = f"; reference profiles {self.profile_seconds:.1f} s"
             if self.first_result_seconds is not None:
                 extra += f", first notebook graded {self.first_result_seconds:.1f} s after the start"
-        return (f"{self.submissions} submissions: {self.graded} graded, {self.zero} zero, {self.flagged} flagged, "
+        # The words of the class report and grades.csv (report.OUTCOMES).
+        return (f"{self.submissions} submissions: {self.graded} graded, {self.zero} not gradable, "
+                f"{self.scored_zero} scored zero, {self.flagged} flagged, "
                 f"{self.failed} failed, {self.up_to_date} already up to date; {self.seconds:.1f} s{per}{extra}")
 
     def to_json(self) -> dict:
@@ -232,6 +235,7 @@ def _grade_into(writer, course: Course, tasks: list[Task], sources: dict, backen
             summary.add_stage("gradebook write", time.perf_counter() - t1)
             summary.graded += status == "graded"
             summary.zero += status == "zero"
+            summary.scored_zero += float(result.get("score") or 0.0) <= 0
             summary.flagged += bool(result.get("flags"))
             if summary.first_result_seconds is None and not task.refusal:
                 summary.first_result_seconds = t0 - started

@@ -82,10 +82,12 @@ def write_csv(course: Course, rows: list[dict]) -> tuple[Path, Path]:
     out = course.grading / "grades.csv"
     buf = io.StringIO()
     w = safe_writer(buf)
+    from .report import outcome  # "graded", "scored zero" or "not gradable": the report's and summary's words
+
     # score is before any late penalty; late_hours, late_penalty and final_score (after it) come from the
     # gradebook's nbgrader columns (autograder/deadlines.py).
     w.writerow(["student", "chapter", "status", "score", "max_score", "percent", "flagged", "flags", "reason",
-                "graded_at", "late_hours", "late_penalty", "final_score"])
+                "graded_at", "late_hours", "late_penalty", "final_score", "outcome"])
     for r in sorted(rows, key=lambda r: (r["student"], r["chapter"])):
         pct = 100.0 * r["score"] / r["max_score"] if r["max_score"] else 0.0
         penalty = float(r.get("penalty") or 0.0)
@@ -93,7 +95,7 @@ def write_csv(course: Course, rows: list[dict]) -> tuple[Path, Path]:
                     "yes" if r["flags"] else "no", " | ".join(r["flags"]), r["reason"],
                     r["graded_at"].isoformat(timespec="seconds") if r.get("graded_at") else "",
                     f"{float(r.get('late_seconds') or 0.0) / 3600:.2f}", f"{penalty:g}",
-                    f"{max(0.0, r['score'] - penalty):g}"])
+                    f"{max(0.0, r['score'] - penalty):g}", outcome(r)])
     _write_atomic(out, buf.getvalue())
     per_cell = course.grading / "grades_by_exercise.csv"
     buf = io.StringIO()

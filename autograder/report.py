@@ -42,6 +42,17 @@ def _percent(row: dict) -> float:
     return 100.0 * row["score"] / row["max_score"] if row["max_score"] else 0.0
 
 
+def outcome(row: dict) -> str:
+    """One of OUTCOMES, the words the summary line, the report and grades.csv share: "not gradable" (the
+    grader could not grade the notebook: its status is "zero"), "scored zero" (graded, no points) or "graded"."""
+    if row["status"] == "zero":
+        return "not gradable"
+    return "scored zero" if row["score"] <= 0 else "graded"
+
+
+OUTCOMES = ("graded", "scored zero", "not gradable")
+
+
 def zero_reason(row: dict) -> str | None:
     """Why a recorded notebook scored zero, or None when it scored more. Two kinds, kept apart: a notebook
     that could not be graded (unreadable, wrong name, nothing submitted, kernel died: its reason) and one
@@ -230,6 +241,7 @@ def misconceptions(course: Course, rows: list[dict]) -> list[dict]:
     taken out, labelled "not in the catalogue". A learner counts once per group. For instructors only: the
     groups name learners."""
     from .submissions import load_mistakes
+    from .trusted import NOT_IMPLEMENTED  # the engine's own words for a function that still raises it
 
     groups: dict[tuple, dict] = {}
     catalogues = {}
@@ -245,7 +257,13 @@ def misconceptions(course: Course, rows: list[dict]) -> list[dict]:
             messages = [str(m) for m in v.get("messages") or []]
             text = " ".join(messages).lower()
             known = [m for m in catalogues[chapter] if cell in m.fails and m.symptom.lower() in text]
-            if known:
+            if NOT_IMPLEMENTED in messages:
+                # The function still raises NotImplementedError: whatever the stopped checks said after that
+                # (a blank notebook's "shape" message) is no mistake of the learner's, catalogued or not.
+                known = []
+                key = (chapter, "not implemented", NOT_IMPLEMENTED)
+                label = NOT_IMPLEMENTED
+            elif known:
                 longest = max(len(m.symptom) for m in known)
                 known = [m for m in known if len(m.symptom) == longest]
                 key = (chapter, "catalogue", known[0].symptom.lower())
@@ -255,13 +273,15 @@ def misconceptions(course: Course, rows: list[dict]) -> list[dict]:
                 key = (chapter, "other", _NUMBER.sub("#", first)[:160])
                 label = key[2]
             g = groups.setdefault(key, {"chapter": chapter, "label": label, "catalogued": key[1] == "catalogue",
+                                        "not_implemented": key[1] == "not implemented",
                                         "mistakes": set(), "cells": set(), "learners": set()})
             g["mistakes"].update(m.what for m in known)
             g["cells"].add(cell)
             g["learners"].add(r["student"])
     out = [dict(g, mistakes=sorted(g["mistakes"]), cells=sorted(g["cells"]), learners=sorted(g["learners"]))
            for g in groups.values()]
-    out.sort(key=lambda g: (g["chapter"], not g["catalogued"], -len(g["learners"]), g["label"]))
+    out.sort(key=lambda g: (g["chapter"], not g["catalogued"], g["not_implemented"], -len(g["learners"]),
+                            g["label"]))
     return out
 
 
@@ -291,9 +311,11 @@ def render(course: Course, rows: list[dict], failures: list[dict] | None = None,
         median = pct[len(pct) // 2] if pct else 0.0
         summary.append([esc(ch), len(rs), f"{mean:.1f}%", f"{median:.1f}%",
                         sum(1 for p in pct if p >= 100.0), sum(1 for r in rs if zero_reason(r)),
-                        sum(1 for r in rs if r["flags"])])
-    parts.append("<h2>Chapters</h2>" + _table(["chapter", "learners", "mean", "median", "full marks", "zero",
-                                                "flagged"], summary))
+                        sum(1 for r in rs if r["status"] == "zero"), sum(1 for r in rs if r["flags"])])
+    # The vocabulary of the run's summary line and grades.csv (OUTCOMES): "scored zero" counts every notebook
+    # worth 0 points, "not gradable" those of them the grader could not grade.
+    parts.append("<h2>Chapters</h2>" + _table(["chapter", "learners", "mean", "median", "full marks", "scored zero",
+                                                "not gradable", "flagged"], summary))
     captions = {"heatmap": "<p>One panel per chapter. Green: full marks on the cell, red: zero, grey: not "
                            "submitted.</p>",
                 "exercises": "<p>Green: learners who passed the graded cell (half a learner for partial credit), "
@@ -311,7 +333,8 @@ def render(course: Course, rows: list[dict], failures: list[dict] | None = None,
 
     body = []
     for g in misconceptions(course, rows):
-        label = esc(g["label"]) + ("" if g["catalogued"] else " <span class=n>(not in the catalogue)</span>")
+        label = esc(g["label"]) + ("" if g["catalogued"] or g["not_implemented"]
+                                   else " <span class=n>(not in the catalogue)</span>")
         body.append([esc(g["chapter"]), label, "<br>".join(esc(m) for m in g["mistakes"]) or "&ndash;",
                      ", ".join(f"<code>{esc(c)}</code>" for c in g["cells"]), str(len(g["learners"])),
                      esc(", ".join(g["learners"]))])

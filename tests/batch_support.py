@@ -110,7 +110,9 @@ def summary_counts(output: str) -> dict[str, int]:
     import re
 
     line = [ln for ln in output.splitlines() if " submissions: " in ln and " graded, " in ln][-1]
-    counts = {k: int(v) for v, k in re.findall(r"(\d+) (graded|zero|flagged|failed)", line)}
+    # "not gradable" is the status "zero" (autograder/batch.py Summary.zero)
+    counts = {("zero" if k == "not gradable" else k): int(v)
+              for v, k in re.findall(r"(\d+) (graded|not gradable|flagged|failed)", line)}
     counts["up to date"] = int(re.search(r"(\d+) already up to date", line).group(1))
     return counts
 

@@ -71,7 +71,8 @@ def test_chapter_table_counts(klass):
     (row,) = _table(_section(soup, "Chapters"))
     assert row["chapter"] == CHAPTER
     assert row["learners"] == "6"
-    assert row["zero"] == "3", "bea (blank, graded 0), dan (unreadable) and eve (nothing submitted) scored zero"
+    assert row["scored zero"] == "3", "bea (blank, graded 0), dan (unreadable) and eve (nothing submitted)"
+    assert row["not gradable"] == "2", "dan and eve could not be graded"
     assert row["full marks"] == "2" and row["flagged"] == "1"
 
 
@@ -99,7 +100,7 @@ def test_no_zero_means_none(klass):
     text = " ".join(n.get_text() for n in _section(page, "Notebooks that scored zero") if hasattr(n, "get_text"))
     assert text.strip() == "None."
     (row,) = _table(_section(page, "Chapters"))
-    assert row["zero"] == "0"
+    assert row["scored zero"] == row["not gradable"] == "0"
 
 
 def test_each_title_appears_once(klass):
@@ -236,3 +237,43 @@ def test_a_student_id_is_drawn_and_written_as_text(student):
     import matplotlib.pyplot as plt
 
     plt.close("all")
+
+
+def test_a_blank_is_not_implemented_and_every_count_says_so(tmp_path):
+    """The two-learner class of issue 29: the reference and a blank. The blank's cells say the function still
+    raises NotImplementedError and then what the stopped checks saw (here "shape", the symptom of a catalogued
+    chapter-3 mistake): it is grouped as not implemented, not under that mistake; and the summary line, the
+    report and grades.csv count it the same way, one "scored zero" and no "not gradable"."""
+    import csv
+
+    from autograder.batch import Summary
+    from autograder.outputs import write_csv
+    from autograder.submissions import load_mistakes
+    from autograder.trusted import NOT_IMPLEMENTED
+
+    course = Course()
+    order = report.exercise_order(course, [CHAPTER])[CHAPTER]
+    reference = _row("reference", "graded", {c for c, _ in order}, order)
+    blank = _row("blank", "graded", set(), order)
+    for cell in blank["cells"].values():
+        cell["messages"] = [NOT_IMPLEMENTED, "scores has the wrong shape: expected (2, 3), got (3, 2)"]
+    rows = [reference, blank]
+    assert any(m.symptom == "shape" for m in load_mistakes(course, CHAPTER)), \
+        "the catalogue has the symptom the blank's messages name"
+
+    groups = report.misconceptions(course, rows)
+    assert [(g["label"], g["learners"], g["catalogued"]) for g in groups] == [(NOT_IMPLEMENTED, ["blank"], False)]
+    page = BeautifulSoup(report.render(course, rows), "html.parser")
+    (wrong,) = _table(_section(page, "What the class got wrong"))
+    assert wrong["symptom"] == NOT_IMPLEMENTED and wrong["catalogued mistakes with this symptom"] == "–"
+    (row,) = _table(_section(page, "Chapters"))
+    assert (row["scored zero"], row["not gradable"]) == ("1", "0")
+
+    summary = Summary(submissions=2, graded=2, scored_zero=1)
+    assert "2 graded, 0 not gradable, 1 scored zero" in summary.line()
+
+    (tmp_path / "grading").mkdir()
+    grades_csv, _ = write_csv(Course(tmp_path), rows)
+    with open(grades_csv, newline="") as f:
+        outcomes = {r["student"]: r["outcome"] for r in csv.DictReader(f)}
+    assert outcomes == {"reference": "graded", "blank": "scored zero"}
