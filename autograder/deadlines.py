@@ -138,7 +138,7 @@ def how_late(seconds: float) -> str:
 
 
 # -- the command ------------------------------------------------------------------------------------------
-def _parse_due(text: str) -> _dt.datetime:
+def parse_due(text: str) -> _dt.datetime:
     """An ISO date (a zone, if given, is converted): naive UTC, as nbgrader stores due dates."""
     when = _dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
     if when.tzinfo is not None:
@@ -206,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
                                      description="Set a chapter's due date and learners' extensions in the "
                                                  "gradebook (nbgrader's own columns).")
     parser.add_argument("chapter", metavar="CHAPTER")
-    parser.add_argument("--due", type=_parse_due, metavar="ISO",
+    parser.add_argument("--due", type=parse_due, metavar="ISO",
                         help="due date, e.g. 2026-12-01T23:59 (UTC unless a zone is given)")
     parser.add_argument("--extend", type=_parse_extension, action="append", default=[], metavar="STUDENT=HOURS",
                         help="extend STUDENT's due date by HOURS (0 removes it); repeatable")

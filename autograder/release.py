@@ -104,11 +104,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("chapters", nargs="*", help="chapter ids (default: all)")
     parser.add_argument("--out", type=Path, help="release folder (default: the course's chapters/)")
     parser.add_argument("--db", help="gradebook URL to register the chapters in (default: the course's)")
+    parser.add_argument("--duedate", metavar="ISO", help="the released chapters' due date, e.g. 2026-12-01T23:59 "
+                        "(UTC unless a zone is given); see `python -m autograder deadlines`")
     args = parser.parse_args(argv)
+    from .deadlines import parse_due, set_deadlines
+
+    due = parse_due(args.duedate) if args.duedate else None  # a bad date stops before any work
     course = Course()
     course.grading.mkdir(exist_ok=True)
     released = generate(course, args.chapters or course.chapters(), args.out or course.chapters_dir,
                         args.db or course.db_url)
     for chapter, path in released.items():
         print(f"released {chapter} -> {path.relative_to(course.root) if path.is_relative_to(course.root) else path}")
+        if due is not None:  # nbgrader's Assignment.duedate, as `nbgrader db assignment add --duedate` sets it
+            print("\n".join(set_deadlines(args.db or course.db_url, chapter, due)))
     return 0
