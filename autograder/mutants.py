@@ -498,7 +498,7 @@ def generate(course: Course, chapter: str) -> list[Mutant]:
 # outputs (bit for bit) on a wide set of inputs with every edge case the docstring allows. An id names the
 # cell's code, so an entry lapses (and its mutant is graded again) when the cell changes.
 EQUIVALENT: dict[str, str] = {
-    "train_parametric_nw:33:delete:353785c8b8":
+    "train_parametric_nw:33:delete:aff9a727b1":
         "only the progress bar's label: nothing returned or stored depends on it",
     "masked_softmax:44:constant:d14a9f54ad":
         "the divisor is max(total, 1) either way: a row with a key to attend holds exp(0) = 1 for its largest "

@@ -247,7 +247,7 @@ def _probe_self_attention(ns):
                 yield layer(x, torch.ones(mask_shape, dtype=torch.bool))
 
 
-PROBES = {"train_parametric_nw:33:delete:353785c8b8": ("02_kernel_regression", _probe_train),
+PROBES = {"train_parametric_nw:33:delete:aff9a727b1": ("02_kernel_regression", _probe_train),
           "masked_softmax:44:constant:d14a9f54ad": ("03_scoring_functions", _probe_masked_softmax),
           "self_attention_loops:35:swap:a146fcf44a": ("04_self_attention", _probe_loops),
           "self_attention_module:31:delete:53b5239f2c": ("04_self_attention", _probe_self_attention)}
