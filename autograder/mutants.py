@@ -105,7 +105,6 @@ _DIM_CALLS = {"sum", "mean", "softmax", "log_softmax", "amax", "amin", "max", "m
               "cumprod", "unsqueeze", "squeeze", "flatten", "unflatten", "logsumexp", "var", "std", "norm", "cat",
               "stack", "size", "transpose", "swapaxes", "movedim", "narrow", "split", "chunk", "roll", "flip",
               "diff", "prod", "all", "any", "count_nonzero", "unbind", "select", "index_select", "gather"}
-_DIM_FUNCTION_TENSOR_FIRST = {"cat", "stack"}  # torch.cat(tensors, dim): the first argument is not a dim
 _OFFSET_CALLS = {"tril", "triu", "diagonal", "diag", "diag_embed", "tril_indices", "triu_indices"}
 _OFFSET_KEYWORDS = {"diagonal", "offset"}
 _DROPPED_METHODS = {"to", "contiguous", "transpose", "clone", "detach", "masked_fill", "t", "float", "double",
@@ -236,8 +235,7 @@ def _call_mutations(call: ast.Call):
 
     # dims, positional and keyword
     if name in _DIM_CALLS:
-        first = 0 if method or name not in _DIM_FUNCTION_TENSOR_FIRST else 1
-        first = first if method else max(first, 1)  # torch.sum(x, dim): the tensor comes first
+        first = 0 if method else 1  # x.sum(dim), but torch.sum(x, dim) and torch.cat(tensors, dim)
         for i in range(first, len(call.args)):
             value = _int_value(call.args[i])
             if value in _DIM_SWAP and not (name in ("transpose", "swapaxes") and _DIM_SWAP[value] in
