@@ -148,3 +148,19 @@ def test_a_new_kind_with_an_expected_value_is_a_registry_row_and_a_verdict(monke
     assert "__ac_site__(1, check).at_most(" in profiled  # the reference run records the bound
     assert kinds.decide("at_most", 4.5, {"bound": 4.25}).message == "the value is too large"
     assert kinds.decide("at_most", 4.0, {"bound": 4.25}).passed
+
+
+def test_an_empty_or_mistyped_answer_fails_in_the_learners_kernel_with_a_plain_message():
+    """What a learner sees when the value is not even of the right kind (issue 24: ``[]`` passed every check
+    whose expected value was a number)."""
+    check = Checks("demo")
+    with pytest.raises(CheckFailed, match="expected a Python number, got a list or tuple"):
+        check.close("variance", [], 3.0)
+    with pytest.raises(CheckFailed, match=r"got an empty result of shape \(0,\)"):
+        check.close("all-zero", torch.zeros(0), 0.0)
+    with pytest.raises(CheckFailed, match=r"result has shape \(2, >64\) but should have shape \(2, 100\)"):
+        check.close("big", torch.zeros(2, 101), torch.zeros(2, 100))
+    with pytest.raises(CheckFailed, match="expected a tensor, got a Python number"):
+        check.close("tensor", 0.0, torch.zeros(()))
+    check.close("count", 6.0, 6)  # a count compares by value
+    check.close("zeros", torch.zeros(2, 3), 0.0)  # a number expected of a tensor: every entry
