@@ -332,7 +332,11 @@ class GradebookWriter:
 
     def lateness(self, chapters: list[str] | None = None) -> dict[tuple[str, str], tuple[float, float]]:
         """{(student, chapter): (seconds late, points lost)} of every submission, from nbgrader's columns."""
-        query = select(SubmittedAssignment).join(Assignment)
+        from sqlalchemy.orm import selectinload
+
+        # two queries in all, not two per submission (results() runs this for the whole class)
+        query = select(SubmittedAssignment).join(Assignment).options(
+            selectinload(SubmittedAssignment.notebooks), selectinload(SubmittedAssignment.assignment))
         if chapters:
             query = query.where(Assignment.name.in_(chapters))
         out = {}
