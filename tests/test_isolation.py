@@ -495,7 +495,7 @@ def test_a_result_is_decoded_within_a_memory_budget():
                           cwd=str(COURSE.root))
     lines = done.stdout.splitlines()
     assert done.returncode == 0, done.stderr[-2000:]
-    assert lines[0].startswith("'the result of 20971") and "does not decode within 144 MB" in lines[0]
+    assert lines[0].startswith("'the result of 20971") and "does not decode within 144 MB" in lines[0], lines
     assert lines[1] == "''"  # the same bytes decode with room to spare
     assert "malformed frame" in lines[2]
 
@@ -537,8 +537,9 @@ def test_system_v_ipc_of_a_sandbox_uid_is_removed():
 @pytest.mark.unit
 @pytest.mark.timeout(120)
 def test_an_honest_result_always_decodes_within_the_monitors_budget():
-    """The kernel's own output budgets charge every output entry, so no notebook that only prints and displays
-    (a million tiny values, alternating stdout and stderr) makes a result the monitor would refuse."""
+    """The kernel's own budgets charge every output entry and every record container what it costs decoded, so
+    no notebook that only prints, displays (300k tiny values, alternating stdout and stderr) and records (lists
+    of 100k values up to the record budget) makes a result the monitor would refuse."""
     import subprocess
     import sys
 
@@ -551,13 +552,22 @@ def test_an_honest_result_always_decodes_within_the_monitors_budget():
             "cap.start(1, 2)\n"
             "for i in range(300_000):\n"
             "    cap.stream('stdout' if i % 2 else 'stderr', 'x')\n"
+            "from attention_course.encoding import make_encoder\n"
+            "enc = make_encoder()\n"
+            "cap.start(2, 3)\n"
+            "got = enc([[]] * 100_000)\n"  # a list of 100k values (each a dict of its own), 22 MB decoded
+            "for i in range(5):\n"  # more than the record budget holds
+            "    cap.record({'cell': 't', 'check': str(i), 'kind': 'close', 'got': got}, 'r')\n"
+            "print(sum(runner.RECORD_MIME in o.get('data', {}) for o in cap.cells['2']['outputs']))\n"
             "raw = json.dumps({'done': True, 'cells': cap.cells, 'truncated': cap.truncated}).encode()\n"
             "print(len(cap.cells['0']['outputs']) + len(cap.cells['1']['outputs']), cap.truncated)\n"
-            "print(repr(monitor._decodes_within(raw, 4 * len(raw) + (64 << 20))))\n")
+            "print(repr(monitor._decodes_within(raw, monitor.decode_budget(len(raw), "
+            "{'max_output_mb': 5, 'max_record_mb': 64}))))\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=100,
                           cwd=str(COURSE.root))
     assert done.returncode == 0, done.stderr[-2000:]
-    count, decodes = done.stdout.splitlines()
+    records, count, decodes = done.stdout.splitlines()
+    assert 1 <= int(records) < 5  # kept up to the record budget, the rest dropped
     assert int(count.split()[0]) <= (5 << 20) // 256 + 2 and count.endswith("True")
     assert decodes == "''"
 

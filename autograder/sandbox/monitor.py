@@ -25,7 +25,8 @@ nothing that matters on a frame learner code could have written:
 - sizes are capped on raw bytes before anything is decoded: frames above :data:`SMALL` are not decoded while
   the kernel runs, only kept (at most one, the result, under the cap from the limits). After the kernel has
   exited (its memory freed), the result is decoded once here under an address-space budget of a few times its
-  size (:func:`_decodes_within`: 100 MB of ``9e15,`` needs over 600 MB of float objects) and then forwarded to
+  size plus twice the kernel's own budgets (:func:`decode_budget`; 100 MB of ``9e15,`` needs over 600 MB of
+  float objects, :func:`_decodes_within`) and then forwarded to
   the Engine as the same bytes, never re-encoded; the Engine decodes it again knowing it fits.
 
 Forged results with valid shape are still possible, and harmless by construction: the trusted side decides
@@ -206,6 +207,13 @@ def result_cap(limits: dict) -> int:
     return int((limits["max_output_mb"] + limits.get("max_record_mb", 64)) * (1 << 20) * 1.5) + (1 << 20)
 
 
+def decode_budget(size: int, limits: dict) -> int:
+    """Bytes of address space a result of ``size`` raw bytes may take to decode: four times its size, plus twice
+    the kernel's own output and record budgets (which charge each output and container what it costs decoded,
+    :mod:`.runner`, so an honest result always fits)."""
+    return 4 * size + int(2 * (limits["max_output_mb"] + limits.get("max_record_mb", 64)) * (1 << 20))
+
+
 def _vm_size() -> int:
     with open("/proc/self/status") as fh:
         for line in fh:
@@ -295,7 +303,7 @@ def _watch(pid: int, res_r: int, deadline: float, limits: dict, cgroups, started
             time.sleep(0.005)
     os.close(res_r)
     if done is not None and not protocol:  # decoded only now: the kernel has exited and its memory is free
-        protocol = _decodes_within(done, 4 * len(done) + (64 << 20))
+        protocol = _decodes_within(done, decode_budget(len(done), limits))
     seconds = time.monotonic() - started
     report = {"cells": {}, "last_cell": got["last_cell"], "seconds": seconds, "memory_peak_mb": cgroups.memory_peak_mb()}
     oom, pids_hit = cgroups.oom_killed(), cgroups.pids_limit_hit()
