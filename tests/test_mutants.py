@@ -197,19 +197,23 @@ def test_a_seeded_sample_of_every_chapters_mutants_loses_points(tmp_path_factory
 # -- documented equivalents: identical outputs on every edge case their docstring allows -------------------------
 
 
-def _same(a, b) -> bool:
-    """Bit-identical results (NaN where the other has NaN), through tuples, lists and modules' parameters."""
+def _same(a, b, rtol: float = 0.0) -> bool:
+    """Bit-identical results (NaN where the other has NaN), through tuples, lists and modules' parameters; with
+    ``rtol``, equal to that relative tolerance (for an equivalent that only reorders a floating-point sum)."""
+    import math
+
     import torch
 
     if isinstance(a, torch.Tensor):
         return isinstance(b, torch.Tensor) and a.dtype == b.dtype and a.shape == b.shape and bool(
-            torch.equal(torch.nan_to_num(a, nan=7.25), torch.nan_to_num(b, nan=7.25))
-            and torch.equal(a.isnan(), b.isnan()))
+            torch.allclose(a, b, rtol=rtol, atol=0.0, equal_nan=True))
     if isinstance(a, (tuple, list)):
-        return type(a) is type(b) and len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+        return type(a) is type(b) and len(a) == len(b) and all(_same(x, y, rtol) for x, y in zip(a, b))
     if hasattr(a, "state_dict"):
         sa, sb = a.state_dict(), b.state_dict()
-        return sa.keys() == sb.keys() and all(_same(sa[k], sb[k]) for k in sa)
+        return sa.keys() == sb.keys() and all(_same(sa[k], sb[k], rtol) for k in sa)
+    if isinstance(a, float) and type(b) is float:
+        return math.isclose(a, b, rel_tol=rtol, abs_tol=0.0) if rtol else a == b
     return type(a) is type(b) and a == b
 
 
@@ -221,6 +225,17 @@ def _probe_train(ns):
         x = torch.rand(n, generator=g, dtype=dtype) * 5
         y = torch.sin(x) + 0.1 * torch.randn(n, generator=g, dtype=dtype)
         yield ns["train_parametric_nw"](x, y, num_epochs=12, progress=progress)
+
+
+def _probe_train_float64(ns):
+    import torch
+
+    g = torch.Generator().manual_seed(5)
+    for n in (2, 3, 8, 40):
+        x = torch.rand(n, generator=g, dtype=torch.float64) * 5
+        y = torch.sin(x) + 0.1 * torch.randn(n, generator=g, dtype=torch.float64)
+        yield ns["train_parametric_nw"](x, y, num_epochs=12, progress=False)
+        yield ns["train_parametric_nw"](x, y, num_epochs=3, init_w=0.2, progress=False)
 
 
 def _probe_masked_softmax(ns):
@@ -279,6 +294,7 @@ def _probe_self_attention(ns):
 
 
 PROBES = {"train_parametric_nw:33:delete:aff9a727b1": ("02_kernel_regression", _probe_train),
+          "train_parametric_nw:19:arith:81c6433198": ("02_kernel_regression", _probe_train_float64, 1e-12),
           "masked_softmax:44:constant:d14a9f54ad": ("03_scoring_functions", _probe_masked_softmax),
           "self_attention_loops:35:swap:a146fcf44a": ("04_self_attention", _probe_loops),
           "self_attention_module:31:delete:53b5239f2c": ("04_self_attention", _probe_self_attention)}
@@ -292,19 +308,19 @@ def test_every_documented_equivalent_has_a_probe():
 @pytest.mark.unit
 @pytest.mark.parametrize("mutant_id", sorted(mutants.EQUIVALENT))
 def test_a_documented_equivalent_gives_the_references_outputs(mutant_id):
-    chapter, probe = PROBES[mutant_id]
+    chapter, probe, *rtol = PROBES[mutant_id]
     (m,) = [m for m in mutants.generate(COURSE, chapter) if m.id == mutant_id]
     reference = list(probe(mutants.namespace(COURSE, chapter)))
     mutated = list(probe(mutants.namespace(COURSE, chapter, {m.cell: m.source})))
     assert len(reference) == len(mutated) >= 3
-    different = [i for i, (a, b) in enumerate(zip(reference, mutated)) if not _same(a, b)]
+    different = [i for i, (a, b) in enumerate(zip(reference, mutated)) if not _same(a, b, *rtol)]
     assert not different, f"{mutant_id} differs from the reference on probes {different}"
 
 
 @pytest.mark.unit
 def test_the_probe_tells_a_real_slip_from_the_reference():
     """The comparison can fail: the same probe sees a killed mutant of masked_softmax (its -inf fill)."""
-    chapter, probe = PROBES["masked_softmax:44:constant:d14a9f54ad"]
+    chapter, probe, *_ = PROBES["masked_softmax:44:constant:d14a9f54ad"]
     (m,) = [m for m in mutants.generate(COURSE, chapter) if m.cell == "masked_softmax" and m.operator == "constant"
             and m.after == "0.0"]
     reference = list(probe(mutants.namespace(COURSE, chapter)))
