@@ -113,11 +113,17 @@ def test_chapter_page_renders(server, browser, chapter):
 
 @pytest.mark.timeout(120)
 def test_code_cells_wrap_at_the_column_width(server, browser):
-    """No code cell or printed output scrolls sideways at the book's width (_static/wrap-code.css)."""
+    """No code cell or printed output scrolls sideways at a laptop's window width (_static/wrap-code.css),
+    on a page whose longest lines are wider than its column (shown by switching the wrapping off)."""
     page = browser.open(f"{server}/{PAGES[-1]}.html", "true", timeout=60)
-    wide = page.evaluate("Array.from(document.querySelectorAll('div.cell pre'))"
-                         ".filter(p => p.scrollWidth > p.clientWidth + 1).length")
+    page._send("Emulation.setDeviceMetricsOverride", width=1024, height=800, deviceScaleFactor=1, mobile=False)
+    page.evaluate("new Promise(done => setTimeout(() => done(true), 300))")  # let the layout settle
+    overflowing = "Array.from(document.querySelectorAll('div.cell pre')).filter(p => p.scrollWidth > p.clientWidth + 1).length"
     total = page.evaluate("document.querySelectorAll('div.cell pre').length")
+    wide = page.evaluate(overflowing)
+    page.evaluate("document.querySelectorAll('div.cell pre').forEach(p => p.style.whiteSpace = 'pre'), true")
+    unwrapped = page.evaluate(overflowing)
     assert total > 10, f"expected code cells on the page, found {total}"
+    assert unwrapped > 0, "no code line is wider than the column even unwrapped: this page cannot show wrapping"
     assert wide == 0, f"{wide} of {total} code blocks scroll sideways"
     page.close()
