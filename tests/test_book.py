@@ -113,7 +113,7 @@ def test_chapter_page_renders(server, browser, chapter):
 
 @pytest.mark.timeout(120)
 def test_code_cells_wrap_at_the_column_width(server, browser):
-    """No code cell or printed output scrolls sideways at a laptop's window width (_static/wrap-code.css),
+    """No code cell or printed output scrolls sideways at a laptop's window width (book_static/wrap-code.css),
     on a page whose longest lines are wider than its column (shown by switching the wrapping off)."""
     page = browser.open(f"{server}/{PAGES[-1]}.html", "true", timeout=60)
     page._send("Emulation.setDeviceMetricsOverride", width=1024, height=800, deviceScaleFactor=1, mobile=False)

@@ -22,7 +22,7 @@ def test_the_style_sheet_is_served_and_linked():
 
 
 def test_code_cells_and_outputs_wrap():
-    css = (ROOT / "_static" / "wrap-code.css").read_text()
+    css = (ROOT / "book_static" / "wrap-code.css").read_text()
     rules = dict(re.findall(r"([^{}]+)\{([^}]*)\}", re.sub(r"/\*.*?\*/", "", css, flags=re.S)))
     wrapping = [sel for sel, body in rules.items() if re.search(r"white-space:\s*pre-wrap", body)]
     selectors = {s.strip() for sel in wrapping for s in sel.split(",")}

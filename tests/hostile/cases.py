@@ -22,7 +22,9 @@ from autograder.course import Course
 CHAPTER = "03_scoring_functions"
 FULL = 27.0
 SDPA = ("test_sdpa_visible", "test_sdpa_hidden")  # 3 + 5 points
-SCORES_AND_SDPA = ("test_scores_visible", "test_scores_hidden", *SDPA)  # 16 points: all need dot_score
+# 20 points: all need the scores cell (dot_score; AdditiveAttention reuses additive_score since issue 28)
+SCORES_AND_SDPA = ("test_scores_visible", "test_scores_hidden", "test_additive_attention_visible",
+                   "test_additive_attention_hidden", *SDPA)
 ALL_CELLS = ("test_masked_softmax_visible", "test_masked_softmax_hidden", "test_scores_visible",
              "test_scores_hidden", "test_additive_attention_visible", "test_additive_attention_hidden",
              "test_sdpa_visible", "test_sdpa_hidden", "test_variance", "test_variance_hidden")
@@ -665,7 +667,7 @@ CASES = [
     Case("infinite_loop", "`while True: pass` at the top of the scores cell: the cell times out, the notebook "
          "goes on, and everything that needs dot_score fails",
          lambda ctx: prepend(reference(ctx), "scores", "while True:\n    pass"),
-         "graded", FULL - 16, failing=SCORES_AND_SDPA, outputs_contain=("CellTimeout",)),
+         "graded", FULL - 20, failing=SCORES_AND_SDPA, outputs_contain=("CellTimeout",)),
     Case("swallows_interrupt", "ignores the alarm and swallows every interrupt: the wall clock kills it",
          lambda ctx: insert_after(reference(ctx), "setup", SWALLOW),
          "zero", 0.0, reason=f"timeout: notebook exceeded {LIMITS['notebook_timeout_s']} s",
@@ -682,7 +684,7 @@ CASES = [
          "zero", 0.0, reason="kernel died (exited with status 0 before the notebook finished)"),
     Case("sys_exit", "sys.exit() at the top of the scores cell: an error in that cell, like in Jupyter",
          lambda ctx: prepend(reference(ctx), "scores", "import sys\nsys.exit()"),
-         "graded", FULL - 16, failing=SCORES_AND_SDPA, outputs_contain=("SystemExit",)),
+         "graded", FULL - 20, failing=SCORES_AND_SDPA, outputs_contain=("SystemExit",)),
     Case("segfault", "dereferences NULL through ctypes",
          lambda ctx: insert_after(reference(ctx), "scores", "import ctypes\nctypes.string_at(0)"),
          "zero", 0.0, reason="kernel died (segfault)"),
