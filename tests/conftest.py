@@ -35,8 +35,12 @@ KINDS = ("unit", "notebooks", "sandbox", "services")
 FILE_SECONDS = {"test_chapters.py": 509, "test_release.py": 218, "test_isolation.py": 196, "test_catalogues.py": 190,
                 "test_unprivileged.py": 149, "test_batch.py": 149, "test_nbval.py": 139, "test_shortcuts.py": 133,
                 "test_devices.py": 95, "test_exchange.py": 36, "test_book.py": 33, "test_dask.py": 30,
-                "test_postgres.py": 29, "test_formgrader.py": 29, "test_initialisation.py": 26, "test_grade_one.py": 10,
-                "test_export.py": 9, "test_trust.py": 6, "test_report.py": 6}
+                "test_postgres.py": 29, "test_initialisation.py": 26, "test_grade_one.py": 10,
+                "test_export.py": 9, "test_trust.py": 6, "test_report.py": 6,
+                # Added with issues 24-29; estimated from single runs on a loaded machine (to be re-measured).
+                "test_kit.py": 400, "test_deadlines.py": 200, "test_mutants.py": 150, "test_formgrader.py": 120,
+                "test_malformed_class.py": 120, "test_ch8_cheats.py": 120, "test_selfcheck.py": 90,
+                "test_active_content.py": 60, "test_points_lint.py": 30, "test_similarity.py": 30}
 
 
 @pytest.hookimpl(tryfirst=True)  # before -m deselects, so every collected test is checked
