@@ -12,7 +12,7 @@ import nbformat
 import pytest
 
 from attention_course.cells import grade_id, is_graded_test, is_solution
-from autograder import shortcuts, submissions
+from autograder import mutants, shortcuts, submissions
 from autograder.course import Course
 from autograder.trusted import is_hidden
 
@@ -29,15 +29,9 @@ REACH = {ch: reach_of(COURSE, ch) for ch in CHAPTERS}
 
 def exercise_tests(chapter: str) -> dict[str, list[str]]:
     """{solution cell: the graded test cells that follow it, up to the next solution cell}: the exercise's
-    own tests, which a shortcut of any function the solution cell defines must fail."""
-    tests, current = {}, None
-    for cell in SOURCES[chapter].cells:
-        if is_solution(cell):
-            current = grade_id(cell)
-            tests[current] = []
-        elif is_graded_test(cell) and current is not None:
-            tests[current].append(grade_id(cell))
-    return tests
+    own tests, which a shortcut of any function the solution cell defines must fail (one definition, shared
+    with the mutation score: autograder.mutants.exercise_tests)."""
+    return mutants.exercise_tests(SOURCES[chapter])
 
 
 TARGETS = {ch: shortcuts.targets(COURSE, ch) for ch in CHAPTERS}
