@@ -118,14 +118,7 @@ def test_the_giveaway_heuristic_flags_a_quoted_solution_and_passes_a_pointer():
     assert longest < LONGEST_QUOTE and share < MOST_OF_IT
 
 
-# Chapters 8 and 9 are being revised by their own owners (issue 28): their hint titles ("Hint", "Hint 1") and
-# chapter 9's kv_cache_bytes step hint do not meet the rule yet. Strict, so the marker must go once they do.
-_HINTS_PENDING: set[str] = set()
-HINT_CHAPTERS = [pytest.param(c, marks=pytest.mark.xfail(strict=True, reason="hints under revision by the chapter's owner"))
-                 if c in _HINTS_PENDING else c for c in CHAPTERS]
-
-
-@pytest.mark.parametrize("chapter", HINT_CHAPTERS)
+@pytest.mark.parametrize("chapter", CHAPTERS)
 def test_every_exercise_has_an_idea_hint_and_a_step_hint_that_is_not_the_solution(chapter):
     """Exactly two folded hints before each exercise: "Hint 1 (the idea)" and "Hint 2 ..." (the step).
     Neither is the solution: hint 2 points at the step and must not quote the reference's statements."""
