@@ -32,7 +32,7 @@ checked by re-parsing: its syntax tree must be exactly the reference's tree with
 
 Grading (``grade_chapter``) packs mutants the way the shortcut lint packs shortcuts (tests/test_shortcuts.py):
 one mutant per solution cell per notebook, cells sharing a notebook only when neither's exercise tests can
-reach the other's code (tests/cell_reach.py); every solution cell no judged cell reaches is idled
+reach the other's code (autograder/cell_reach.py); every solution cell no judged cell reaches is idled
 (:func:`autograder.shortcuts.submission_of_many`'s stubs), so a notebook costs little more than the exercises
 it judges. A mutant is judged on its own exercise's graded test cells (those after its solution cell, up to
 the next one): *killed* when they lose points (a crash or a timeout loses them too), else *survived*, unless
@@ -570,11 +570,8 @@ def exercise_tests(source: nbformat.NotebookNode) -> dict[str, list[str]]:
 
 
 def _reach(course: Course, chapter: str) -> dict[str, set[str]]:
-    """tests/cell_reach.py's table (one owner of the reach analysis; this command runs from a checkout)."""
-    root = str(Course().root)
-    if root not in sys.path:
-        sys.path.insert(0, root)
-    from tests.cell_reach import reach
+    """autograder/cell_reach.py's table (one owner of the reach analysis)."""
+    from .cell_reach import reach
 
     return reach(course, chapter)
 

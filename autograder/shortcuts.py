@@ -85,7 +85,7 @@ def submission_of_many(course: Course, chapter: str, shortcuts: list[tuple[Targe
     ``idle``: solution cells that no judged test cell can reach. Their functions and classes are replaced by
     one that raises at once, so the cells that call them (a training run, say) fail in microseconds instead
     of computing results nobody reads. Only sound when the caller has proved the judged cells never reach
-    them (tests/cell_reach.py)."""
+    them (autograder/cell_reach.py)."""
     if not shortcuts:
         raise ValueError("no shortcut to apply")
     for _, kind in shortcuts:

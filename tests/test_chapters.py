@@ -16,7 +16,7 @@ from attention_course.cells import grade_id, is_graded_run, is_graded_test, is_s
 from autograder import submissions
 from autograder.course import Course
 
-from .cell_reach import reach as reach_of
+from autograder.cell_reach import reach as reach_of
 from .conftest import engine_on
 from .nbgrader_run import cell_scores, copy_course, failure_text, generate_assignment, run_nbgrader_batches
 
@@ -37,7 +37,7 @@ def covering_sample(mistakes) -> list:
 
 def packed(chapter: str, sample) -> list[list]:
     """The sample in as few notebooks as keep its mistakes apart. Two mistakes share a notebook only when
-    neither's solution cell is reachable from the cells the other should fail (tests/cell_reach.py) and they fail
+    neither's solution cell is reachable from the cells the other should fail (autograder/cell_reach.py) and they fail
     disjoint cells, so each such cell still fails for its own mistake alone (its symptom is asserted there).
     Stock nbgrader starts a kernel and imports torch per notebook, so fewer notebooks is most of this file's
     time."""

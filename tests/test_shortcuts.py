@@ -3,7 +3,7 @@ visible tests' inputs and "return the visible expected value" each lose points (
 
 The shortcuts are generated from the reference by :mod:`autograder.shortcuts`, never written by hand, so a new
 function or chapter is linted as soon as it exists. Shortcuts of different functions share a notebook when
-the test cells that call one cannot reach the other's code (tests/cell_reach.py); each is then judged on its
+the test cells that call one cannot reach the other's code (autograder/cell_reach.py); each is then judged on its
 own cells only: the graded test cells of its function's exercise (those after its solution cell).
 """
 from __future__ import annotations
@@ -16,7 +16,7 @@ from autograder import mutants, shortcuts, submissions
 from autograder.course import Course
 from autograder.trusted import is_hidden
 
-from .cell_reach import reach as reach_of
+from autograder.cell_reach import reach as reach_of
 from .conftest import course_with_engine
 
 COURSE = Course()

@@ -2,8 +2,9 @@
 
 A cell *uses* the free names it loads (a name it binds anywhere, a parameter, ``check = Checks(...)`` is its
 own); it *reaches*, for each name it uses, the latest earlier cell binding that name, and whatever that cell
-reaches. Tests that pack several broken functions into one notebook use this to prove the broken functions
-cannot change what each other's failing cells compute (tests/test_chapters.py, tests/test_shortcuts.py).
+reaches. Whatever packs several broken functions into one notebook uses this to prove the broken functions cannot
+change what each other's failing cells compute: the mutants command (autograder/mutants.py), the shortcut lint
+(tests/test_shortcuts.py) and the stock-nbgrader mistake sample (tests/test_chapters.py).
 """
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import ast
 import nbformat
 
 from attention_course.cells import grade_id, is_graded_test, is_solution
-from autograder.course import Course
+from .course import Course
 
 
 def reach(course: Course, chapter: str) -> dict[str, set[str]]:
