@@ -508,7 +508,7 @@ EQUIVALENT: dict[str, str] = {
     "self_attention_loops:35:swap:a146fcf44a":
         "q . k summed as k . q: floating-point multiplication is commutative and the order of the sum is kept, "
         "so every score is bit-identical",
-    "self_attention_module:31:delete:53b5239f2c":
+    "self_attention_module:31:delete:9461fb0ef9":
         "masked_fill broadcasts the mask itself: for every mask the docstring allows (bool, broadcastable to "
         "(..., T, T)) the weights and outputs are identical; only a mask that does not broadcast fails "
         "differently (a RuntimeError instead of the ValueError), which the docstring does not promise",

@@ -288,7 +288,7 @@ def _probe_self_attention(ns):
             for mask_shape in [(T, T), (1, T), (T, 1), (*lead, T, T), (*lead[-1:], 1, T)]:
                 mask = torch.rand(mask_shape, generator=g) > 0.4
                 yield layer(x, mask)
-                yield layer.attention_weights
+                yield layer.last_weights
                 yield layer(x, torch.zeros(mask_shape, dtype=torch.bool))
                 yield layer(x, torch.ones(mask_shape, dtype=torch.bool))
 
@@ -297,7 +297,7 @@ PROBES = {"train_parametric_nw:33:delete:aff9a727b1": ("02_kernel_regression", _
           "train_parametric_nw:19:arith:81c6433198": ("02_kernel_regression", _probe_train_float64, 1e-12),
           "masked_softmax:44:constant:d14a9f54ad": ("03_scoring_functions", _probe_masked_softmax),
           "self_attention_loops:35:swap:a146fcf44a": ("04_self_attention", _probe_loops),
-          "self_attention_module:31:delete:53b5239f2c": ("04_self_attention", _probe_self_attention)}
+          "self_attention_module:31:delete:9461fb0ef9": ("04_self_attention", _probe_self_attention)}
 
 
 @pytest.mark.unit
