@@ -1,6 +1,7 @@
 """Figures that several chapters draw."""
 from __future__ import annotations
 
+import matplotlib
 import matplotlib.pyplot as plt
 from matplotlib.colors import ListedColormap
 from matplotlib.patches import Patch
@@ -39,8 +40,28 @@ def show_heatmaps(matrices, titles=None, xlabel="keys", ylabel="queries", cmap="
     # The book shows a three-panel row at its column width, about 0.7 of the figure's own size, so the text
     # is drawn larger than matplotlib's 10 pt default to stay readable there (issue 28).
     with plt.rc_context({"font.size": 12, "axes.titlesize": 13, "axes.labelsize": 12, "legend.fontsize": 12}):
-        _draw(matrices, titles, xlabel, ylabel, cmap, figsize_per, shared_scale, top, suptitle, boolean, legend)
-    plt.show()
+        fig = _draw(matrices, titles, xlabel, ylabel, cmap, figsize_per, shared_scale, top, suptitle, boolean,
+                    legend)
+    _show(fig, {"mode": "boolean" if boolean else "weights",
+                "colour_bars": sum(ax.get_label() == "<colorbar>" for ax in fig.axes),
+                "yes_no_data": bool(np.isin(matrices, (0.0, 1.0)).all())})
+
+
+# The key under which a notebook output records how show_heatmaps drew it.
+RECORD_KEY = "attention_course/heatmaps"
+
+
+def _show(fig, record):
+    """Show ``fig``. In a notebook (the inline backend) the figure's output carries ``record`` in its metadata,
+    so that a test of the built book can read from the stored notebooks which mode drew each heatmap and
+    whether yes/no data ended up on a colour bar (tests/test_book_walk.py); elsewhere plain ``plt.show()``."""
+    if "inline" in matplotlib.get_backend().lower():
+        from IPython.display import display
+
+        display(fig, metadata={RECORD_KEY: record})
+        plt.close(fig)
+    else:
+        plt.show()
 
 
 def _draw(matrices, titles, xlabel, ylabel, cmap, figsize_per, shared_scale, top, suptitle, boolean, legend):
@@ -79,3 +100,4 @@ def _draw(matrices, titles, xlabel, ylabel, cmap, figsize_per, shared_scale, top
         fig.colorbar(image, ax=axes[:n].tolist(), shrink=0.8)
     if suptitle:
         fig.suptitle(suptitle)
+    return fig

@@ -57,3 +57,24 @@ def test_weights_keep_their_colour_bar_and_have_no_legend():
 def test_boolean_mode_refuses_data_that_is_not_yes_or_no():
     with pytest.raises(ValueError, match="0/1"):
         show_heatmaps(torch.full((1, 3, 3), 0.5), boolean=True)
+
+
+def test_in_a_notebook_each_heatmap_records_its_mode_for_the_book_walk(monkeypatch):
+    """Under the inline backend the figure goes out through IPython's display with a record of how it was drawn
+    (tests/test_book_walk.py reads it from the stored notebooks to find yes/no data on a colour bar)."""
+    import IPython.display
+
+    from attention_course import plots
+
+    shown = []
+    monkeypatch.setattr(plots.matplotlib, "get_backend", lambda: "module://matplotlib_inline.backend_inline")
+    monkeypatch.setattr(IPython.display, "display", lambda fig, metadata: shown.append((fig, metadata)))
+    mask = torch.tensor([[True, False], [True, True]])
+    show_heatmaps(mask[None], boolean=True)
+    show_heatmaps(mask[None].float())  # yes/no data drawn as weights: the record says so
+    show_heatmaps(torch.softmax(torch.randn(1, 3, 3), dim=-1))
+    records = [metadata[plots.RECORD_KEY] for _, metadata in shown]
+    assert records == [{"mode": "boolean", "colour_bars": 0, "yes_no_data": True},
+                       {"mode": "weights", "colour_bars": 1, "yes_no_data": True},
+                       {"mode": "weights", "colour_bars": 1, "yes_no_data": False}]
+    assert not plt.get_fignums(), "a displayed figure is closed, so the inline backend does not show it twice"
