@@ -11,7 +11,6 @@ Process tree (``python -m autograder.sandbox`` is the zygote; :class:`autograder
 One module per concern:
 
 - ``framing``: the length-prefixed JSON frames on every pipe (never pickle, size-capped on raw bytes at every hop);
-- ``reasons``: learner text made safe for a reason (one line, no control characters);
 - ``sysv``: System V IPC objects of a sandbox uid, removed after each sandbox;
 - ``runner``: the kernel's cell runner (captured IPython shell, check recorders, per-cell timeout, seeding);
 - ``policy``: the jail as data (levels, binds, rlimits, environment) and the named steps of each level;
@@ -26,4 +25,4 @@ The isolation levels and what each stops are in docs/isolation.md.
 from .framing import (ProtocolError, decode_result, read_exact, read_frame, read_raw_frame,  # noqa: F401
                       write_frame)
 from .monitor import INTERFERED, read_report, result_cap  # noqa: F401
-from .reasons import one_line  # noqa: F401
+from ..learner_text import one_line  # noqa: F401

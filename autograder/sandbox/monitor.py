@@ -44,7 +44,7 @@ import time
 from . import jail, runner
 from .framing import (_HEADER, ProtocolError, decode, decode_result, read_exact, read_frame, write_frame,
                       write_raw_frame)
-from .reasons import last_line, one_line
+from ..learner_text import last_line, one_line
 
 SMALL = 1 << 16  # frames up to this size are decoded as they arrive (progress, abort, a small result)
 INTERFERED = "the notebook interfered with the grader's result channel"
