@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import ctypes
 import importlib
-import json
 import multiprocessing as mp
 import multiprocessing.connection
 import os
@@ -22,6 +21,7 @@ from pathlib import Path
 from .course import Course
 from .discovery import Task, _sha, failed_result, submission_bytes
 from .outputs import _write_atomic_bytes
+from .results import GradingResult, ResultFormatError
 # One BLAS/OpenMP thread per notebook: scores do not depend on the worker count, and N workers do not
 # oversubscribe N cores.
 _THREAD_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
@@ -55,27 +55,37 @@ def _close_engine(engine) -> None:
         pass
 
 
-def _grade_with(engine, task: Task, submission: Path) -> dict:
+def _grade_with(engine, task: Task, submission: Path) -> GradingResult:
     started = time.perf_counter()
     try:
         result = engine.grade(task.chapter, submission, task.student)
-        # Only JSON crosses process boundaries and reaches the gradebook.
-        result = json.loads(json.dumps(result))
+        if not isinstance(result, GradingResult):
+            raise TypeError(f"the engine returned a {type(result).__name__}, not an autograder.results.GradingResult")
     except Exception:
         result = failed_result(task, "grader error: " + traceback.format_exc(limit=8)[-2000:])
-    result.setdefault("seconds", time.perf_counter() - started)
+    if not result.seconds:
+        result = result.replace(seconds=time.perf_counter() - started)
     # The learner's feedback page is rendered here, by the worker, in parallel: the grading command then
     # never imports the engine (and torch) itself.
     render = getattr(sys.modules.get(type(engine).__module__), "feedback_html", None)
-    if render is not None and result.get("status") in ("graded", "zero"):
+    if render is not None and result.recorded:
         t0 = time.perf_counter()
         try:
-            result["feedback_html"] = render(result)
+            page = render(result)
         except Exception:  # noqa: BLE001 - the grading command renders it again (and reports the error)
-            pass
-        timings = result.get("timings") if isinstance(result.get("timings"), dict) else {}
-        result["timings"] = dict(timings, **{"feedback html": time.perf_counter() - t0})
+            page = None
+        result = result.replace(feedback_html=page,
+                                timings={**dict(result.timings), "feedback html": time.perf_counter() - t0})
     return result
+
+
+def _received(task: Task, payload) -> GradingResult:
+    """A worker's result from its wire form (results.GradingResult.to_wire): only JSON crosses process and
+    machine boundaries, bounded and versioned; what does not decode is the grader's failure on that notebook."""
+    try:
+        return GradingResult.from_json(payload)
+    except ResultFormatError as err:
+        return failed_result(task, f"grader error: a worker's result could not be read: {err}")
 
 
 def _prepare_with(engine, chapter: str) -> str | None:
@@ -111,7 +121,7 @@ def _local_worker(conn, course_root: str, module_name: str, limits: dict) -> Non
                 conn.send(("prepared", _prepare_with(engine, msg["chapter"])))
                 continue
             task = Task(**msg)
-            conn.send(("result", _grade_with(engine, task, Path(task.path))))
+            conn.send(("result", _grade_with(engine, task, Path(task.path)).to_wire()))
     finally:
         _close_engine(engine)
 
@@ -182,22 +192,22 @@ def prepare_on_dask_worker(bundle: dict, chapter: str, module_name: str, limits:
     return {"error": None, "files": files}
 
 
-def grade_on_dask_worker(bundle: dict, task: dict, payload: bytes | None, module_name: str, limits: dict) -> dict:
-    """A Dask task: grade one shipped submission with this worker thread's warm engine."""
+def grade_on_dask_worker(bundle: dict, task: dict, payload: bytes | None, module_name: str, limits: dict) -> bytes:
+    """A Dask task: grade one shipped submission with this worker thread's warm engine; the result's wire form."""
     root = _materialise(bundle)
     task = Task(**task)
     try:
         engine = _thread_engine(root, module_name, limits)
     except Exception:
-        return failed_result(task, "engine failed to start on the worker: " + traceback.format_exc()[-2000:])
+        return failed_result(task, "engine failed to start on the worker: "
+                             + traceback.format_exc()[-2000:]).to_wire()
     with tempfile.TemporaryDirectory(prefix="submission-") as tmp:
         path = Path(tmp) / task.student / task.chapter / Path(task.path).name
         path.parent.mkdir(parents=True)
         if payload is not None:
             path.write_bytes(payload)
         result = _grade_with(engine, task, path)
-    result["worker"] = os.uname().nodename
-    return result
+    return result.replace(worker=os.uname().nodename).to_wire()
 
 
 class LocalBackend:
@@ -349,7 +359,7 @@ class LocalBackend:
                         raise RuntimeError("the grading engine failed to start:\n" + payload)
                     if kind == "result":
                         task, w["task"] = w["task"], None
-                        yield task, payload
+                        yield task, _received(task, payload)
                     if kind in ("ready", "result"):
                         assign(w)
         finally:
@@ -447,7 +457,7 @@ class DaskBackend:
             for fut in as_completed(futures):
                 task = futures.pop(fut)
                 try:
-                    result = fut.result()
+                    result = _received(task, fut.result())
                 except Exception as err:
                     result = failed_result(task, f"dask task failed: {type(err).__name__}: {err}")
                 yield task, result

@@ -46,6 +46,7 @@ from .discovery import (ENGINE_MODULE, NOTHING_SUBMITTED, OUTPUTS_STATE, Task, _
                         submission_key)
 from .learner_files import EXCHANGE_FILES  # noqa: F401 - importable where it used to live
 from .outputs import _copy_exchange_files, _write_atomic, _write_atomic_bytes, write_csv, write_outputs  # noqa: F401
+from .results import GradingResult, Late
 
 
 @dataclass
@@ -62,8 +63,8 @@ class Summary:
     profile_seconds: float = 0.0  # the one-time reference profiles (per chapter; cached on disk)
     first_result_seconds: float | None = None  # from the start of the run to the first graded notebook
     workers_started: int = 0
-    # Seconds spent per stage, summed over notebooks (engine stages when the engine reports them, see
-    # Engine.grade's result["timings"]) and once-per-run stages (csv, report).
+    # Seconds spent per stage, summed over notebooks (engine stages when the engine reports them: a result's
+    # ``timings``) and once-per-run stages (csv, report).
     stages: dict = field(default_factory=dict)
 
     @property
@@ -171,7 +172,7 @@ def grade(course: Course, chapters: list[str] | None = None, *, workers: int | N
             log(f"class report: {path}")
         if not summary.failures:  # a run with failures must write its report again next time
             _write_atomic(course.grading / OUTPUTS_STATE, json.dumps(
-                {"digest": outputs_digest({(r["student"], r["chapter"]): r["key"] for r in rows}),
+                {"digest": outputs_digest({(r.student, r.chapter): r.key for r in rows}),
                  "report": report}))
     finally:
         backend.stop()
@@ -181,7 +182,7 @@ def grade(course: Course, chapters: list[str] | None = None, *, workers: int | N
 
 
 def _grade_into(writer, course: Course, tasks: list[Task], sources: dict, backend, summary: Summary, force: bool,
-                progress: bool, log, started: float) -> list[dict]:
+                progress: bool, log, started: float) -> list[GradingResult]:
     import nbformat
     from tqdm import tqdm
 
@@ -207,36 +208,33 @@ def _grade_into(writer, course: Course, tasks: list[Task], sources: dict, backen
         backend.prepare(sorted({t.chapter for t in runnable}))
         summary.profile_seconds = time.perf_counter() - t0
 
-    def record(task: Task, result: dict, bar) -> None:
-        status = result.get("status")
-        for stage, seconds in (result.get("timings") or {}).items():
-            if isinstance(seconds, (int, float)):
-                summary.add_stage(stage, seconds)
-        if status not in ("graded", "zero"):
+    def record(task: Task, result: GradingResult, bar) -> None:
+        for stage, seconds in result.timings:
+            summary.add_stage(stage, seconds)
+        if not result.recorded:
             summary.failed += 1
-            summary.failures.append({"student": task.student, "chapter": task.chapter,
-                                     "reason": str(result.get("reason", ""))})
-            bar.write(f"FAILED {task.student}/{task.chapter}: {str(result.get('reason', ''))[-600:]}")
+            summary.failures.append({"student": task.student, "chapter": task.chapter, "reason": result.reason})
+            bar.write(f"FAILED {task.student}/{task.chapter}: {result.reason[-600:]}")
         else:
-            result["student"], result["chapter"] = task.student, task.chapter
-            result["flags"] = list(task.flags) + list(result.get("flags") or [])
+            # the task's ids (the worker saw the same) and what discovery found wrong with the folder
+            result = result.replace(student=task.student, chapter=task.chapter, flags=(*task.flags, *result.flags))
             t0 = time.perf_counter()
             timestamp = _parse_timestamp(task.timestamp)
-            late = writer.lateness_of(task.student, task.chapter, timestamp, float(result.get("score") or 0.0))
+            late = writer.lateness_of(task.student, task.chapter, timestamp, result.score)
             if late.seconds_late > 0:  # shown on the feedback page (autograder/deadlines.py owns the policy)
                 from .deadlines import how_late
 
-                result["late"] = {"seconds": late.seconds_late, "text": how_late(late.seconds_late),
-                                  "penalty": late.points, "policy": writer.policy.describe()}
+                result = result.replace(late=Late(seconds=late.seconds_late, penalty=late.points,
+                                                  text=how_late(late.seconds_late), policy=writer.policy.describe()))
             write_outputs(course, result, summary)
             _copy_exchange_files(course, task)
             t1 = time.perf_counter()
             writer.write_result(result, task.key, timestamp)
             summary.add_stage("gradebook write", time.perf_counter() - t1)
-            summary.graded += status == "graded"
-            summary.zero += status == "zero"
-            summary.scored_zero += float(result.get("score") or 0.0) <= 0
-            summary.flagged += bool(result.get("flags"))
+            summary.graded += result.status == "graded"
+            summary.zero += result.status == "zero"
+            summary.scored_zero += result.score <= 0
+            summary.flagged += bool(result.flags)
             if summary.first_result_seconds is None and not task.refusal:
                 summary.first_result_seconds = t0 - started
         bar.update(1)

@@ -16,7 +16,8 @@ import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import learner_files, results
+from . import learner_files
+from .results import GradingResult
 from .course import Course
 
 ENGINE_MODULE = "autograder.isolation"
@@ -205,16 +206,16 @@ def outputs_current(course: Course, done: dict[tuple[str, str], str], report: bo
             and (recorded.get("report") or not report))
 
 
-def failed_result(task: Task, reason: str) -> dict:
-    return results.new(task.student, task.chapter, "failed", reason)
+def failed_result(task: Task, reason: str) -> GradingResult:
+    return GradingResult.unscored(task.student, task.chapter, "failed", reason)
 
 
-def missing_result(task: Task, max_score: float) -> dict:
+def missing_result(task: Task, max_score: float) -> GradingResult:
     """The zero of a task that is not graded (nothing submitted, or refused: task.refusal says why)."""
-    result = results.new(task.student, task.chapter, "zero", task.refusal or NOTHING_SUBMITTED, max_score)
-    if task.refusal and task.refusal != NOTHING_SUBMITTED:
-        result["flags"] = [task.refusal]  # refused, not merely missing: the instructor should look
-    return result
+    refused = task.refusal and task.refusal != NOTHING_SUBMITTED
+    return GradingResult.unscored(task.student, task.chapter, "zero", task.refusal or NOTHING_SUBMITTED,
+                                  declared_max=max_score,
+                                  flags=(task.refusal,) if refused else ())  # refused: the instructor should look
 
 
 def _refuse_course_copies(course: Course, tasks: list[Task], contents: dict) -> None:

@@ -11,8 +11,9 @@ working on it. For every graded notebook we store, in ONE transaction:
   and the flags and the reason of a zero as the autograder comment of the first solution cell, which
   formgrader and generated feedback show;
 - one row of our own table ``autograder_result`` (student, chapter, the resume key, status, reason, flags,
-  per-cell scores and verdict messages). nbgrader ignores this table; it is what makes grading resumable
-  (a submission whose key is already there is not graded again) and what the CSV and class report read.
+  score, and in ``cells`` the result's wire form without the executed notebook: autograder/results.py, which
+  also reads the rows back). nbgrader ignores this table; it is what makes grading resumable (a submission whose
+  key is already there is not graded again) and what the CSV and class report read.
 
 Because the nbgrader rows and the ``autograder_result`` row commit together, a run killed at any point
 leaves every notebook either fully recorded or not at all. Transactions that meet a concurrent writer
@@ -37,6 +38,8 @@ from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 
 from attention_course.cells import grade_id, nbgrader_meta
 
+from .results import GradingResult, Late
+
 # Must match c.CourseDirectory.course_id in autograder/nbgrader_config.py.
 COURSE_ID = "attention-from-scratch"
 
@@ -51,7 +54,7 @@ RESULTS = Table(
     Column("flags", Text, nullable=False, default="[]"),
     Column("score", Float, nullable=False),
     Column("max_score", Float, nullable=False),
-    Column("cells", Text, nullable=False, default="{}"),
+    Column("cells", Text, nullable=False, default="{}"),  # GradingResult.to_json(notebook=False), versioned
     Column("seconds", Float),
     Column("graded_at", DateTime),
     Column("isolation", Text),  # the level the notebook was graded at, e.g. "user (rlimits, seccomp)"
@@ -216,15 +219,15 @@ class GradebookWriter:
         s.commit()
 
     # -- results ----------------------------------------------------------------------------------
-    def write_result(self, result: dict, key: str, timestamp: _dt.datetime | None = None) -> None:
+    def write_result(self, result: GradingResult, key: str, timestamp: _dt.datetime | None = None) -> None:
         """Record one graded notebook (status graded or zero), all in one transaction."""
-        if result["status"] not in ("graded", "zero"):
-            raise ValueError(f"only graded/zero results go into the gradebook, not {result['status']!r}")
+        if not result.recorded:
+            raise ValueError(f"only graded/zero results go into the gradebook, not {result.status!r}")
         self._retry(lambda: self._write(result, key, timestamp))
 
-    def _write(self, result: dict, key: str, timestamp) -> None:
+    def _write(self, result: GradingResult, key: str, timestamp) -> None:
         s = self.session
-        student_id, chapter = result["student"], result["chapter"]
+        student_id, chapter = result.student, result.chapter
         student = s.get(Student, student_id)
         if student is None:
             student = Student(id=student_id)
@@ -237,8 +240,6 @@ class GradebookWriter:
             s.add(sub)
         if timestamp is not None:
             sub.timestamp = timestamp
-        cells = result.get("cells") or {}
-        flags = list(result.get("flags") or [])
         note = _autograder_comment(result)
         with s.no_autoflush:
             for notebook in assignment.notebooks:
@@ -266,9 +267,9 @@ class GradebookWriter:
                     if gc.cell_type != "code":  # a written answer: left to the instructor
                         grade.auto_score, grade.needs_manual_grade = None, True
                         continue
-                    verdict = cells.get(gc.name)
-                    graded = verdict is not None and result["status"] == "graded"
-                    grade.auto_score = float(verdict["score"]) if graded else 0.0
+                    verdict = result.cell(gc.name)
+                    graded = verdict is not None and result.status == "graded"
+                    grade.auto_score = verdict.score if graded else 0.0
                     grade.needs_manual_grade = False
                 for tc in notebook.task_cells:
                     grade_of(tc.id)
@@ -277,19 +278,14 @@ class GradebookWriter:
                     comment = comment_of(sc.id)
                     if i == 0:
                         comment.auto_comment = note
-                subnb.flagged = bool(flags)
+                subnb.flagged = bool(result.flags)
                 # As nbgrader's AssignLatePenalties: the score (manual scores and extra credit included),
                 # the lateness of the submission against its due date plus extension, the course's plugin.
                 score = sum(_grade_score(g) for g in grades.values())
                 subnb.late_submission_penalty = self.policy.penalty(student_id, score, sub.total_seconds_late)
         s.execute(delete(RESULTS).where(and_(RESULTS.c.student == student_id, RESULTS.c.chapter == chapter)))
         s.execute(insert(RESULTS).values(
-            student=student_id, chapter=chapter, key=key, status=result["status"],
-            reason=result.get("reason") or "", flags=json.dumps(flags),
-            score=float(result.get("score") or 0.0), max_score=float(result.get("max_score") or 0.0),
-            cells=json.dumps(_cell_summary(cells)), seconds=result.get("seconds"),
-            isolation=result.get("isolation") or None,
-            graded_at=_dt.datetime.now(_dt.timezone.utc).replace(tzinfo=None)))
+            **result.to_row(), key=key, graded_at=_dt.datetime.now(_dt.timezone.utc).replace(tzinfo=None)))
         s.commit()
 
     def done_keys(self) -> dict[tuple[str, str], str]:
@@ -302,21 +298,19 @@ class GradebookWriter:
         s.commit()
         return {(st, ch): key for st, ch, key in rows if (st, ch) in have}
 
-    def results(self, chapters: list[str] | None = None) -> list[dict]:
-        """Every recorded result (without the executed notebooks), sorted by chapter then student."""
+    def results(self, chapters: list[str] | None = None) -> list[GradingResult]:
+        """Every recorded result (without the executed notebooks, with its key, time and lateness from nbgrader's
+        columns), sorted by chapter then student."""
         query = select(RESULTS)
         if chapters:
             query = query.where(RESULTS.c.chapter.in_(chapters))
         late = self.lateness(chapters)
         rows = []
         for r in self.session.execute(query).mappings():
-            row = dict(r)
-            row["flags"] = json.loads(row["flags"])
-            row["cells"] = json.loads(row["cells"])
-            row["late_seconds"], row["penalty"] = late.get((row["student"], row["chapter"]), (0.0, 0.0))
-            rows.append(row)
+            seconds, penalty = late.get((r["student"], r["chapter"]), (0.0, 0.0))
+            rows.append(GradingResult.from_row(r, Late(seconds, penalty) if seconds or penalty else None))
         self.session.commit()
-        return sorted(rows, key=lambda r: (r["chapter"], r["student"]))
+        return sorted(rows, key=lambda r: (r.chapter, r.student))
 
     def lateness_of(self, student_id: str, chapter: str, timestamp, score: float):
         """How late this submission is and what it costs (deadlines.Lateness), before it is recorded: the
@@ -372,8 +366,9 @@ class GradebookWriter:
             .join(Notebook, Notebook.id == SubmittedNotebook.notebook_id)
             .join(Grade, Grade.notebook_id == SubmittedNotebook.id)
             .join(GradeCell, GradeCell.id == Grade.cell_id)).all()
-        results = {f"{r['student']}/{r['chapter']}": {k: r[k] for k in ("key", "status", "reason", "flags", "score",
-                                                                         "max_score", "cells")}
+        results = {f"{r.student}/{r.chapter}": {"key": r.key, "status": r.status, "reason": r.reason,
+                                                "flags": list(r.flags), "score": r.score, "max_score": r.max_score,
+                                                "cells": r.to_json()["cells"]}
                    for r in self.results()}
         s.commit()
         return {"grades": sorted(tuple(g) for g in grades), "results": results}
@@ -388,18 +383,12 @@ def _grade_score(grade: Grade) -> float:
     return float(base) + float(grade.extra_credit or 0.0)
 
 
-def _cell_summary(cells: dict) -> dict:
-    return {name: {"score": float(v.get("score", 0.0)), "max_score": float(v.get("max_score", 0.0)),
-                   "passed": bool(v.get("passed")), "messages": [str(m) for m in v.get("messages", [])]}
-            for name, v in sorted(cells.items())}
-
-
-def _autograder_comment(result: dict) -> str | None:
+def _autograder_comment(result: GradingResult) -> str | None:
     parts = []
-    if result["status"] == "zero":
-        parts.append(f"Autograder: this notebook scored zero: {result.get('reason') or 'unusable notebook'}.")
-    if result.get("flags"):
-        parts.append("Autograder flags: " + "; ".join(result["flags"]) + ".")
+    if result.status == "zero":
+        parts.append(f"Autograder: this notebook scored zero: {result.reason or 'unusable notebook'}.")
+    if result.flags:
+        parts.append("Autograder flags: " + "; ".join(result.flags) + ".")
     return " ".join(parts) or None
 
 

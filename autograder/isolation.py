@@ -35,11 +35,9 @@ noisy correct notebook keeps its points. ``executed_notebook`` (the repaired not
 outputs, hidden tests included, as nbgrader's autograded notebooks) is for instructors; learners get
 :func:`feedback_html`.
 
-Result (JSON-serialisable)::
-
-    {"student", "chapter", "status": "graded" | "zero" | "failed", "reason", "flags": [...],
-     "score", "max_score", "cells": {grade_id: {"score", "max_score", "passed", "messages"}},
-     "executed_notebook": nbformat JSON or None, "seconds", "isolation": "user (rlimits, seccomp)"}
+Result: a :class:`autograder.results.GradingResult` (its one owner: fields, the checks that make learner text
+safe, the wire format), with per-cell results (:class:`~autograder.results.CellResult`), the flags, the reason, the
+executed notebook (nbformat JSON) and the isolation level it ran at.
 
 ``status`` is ``zero`` for an unusable or killed notebook and ``failed`` for a grader problem (never the
 learner's fault: report it). stderr output never costs points. Command line:
@@ -50,6 +48,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import dataclasses
 import hashlib
 import json
 import os
@@ -69,9 +68,10 @@ from attention_course.cells import (GRADING_SEED_BASE, RECORD_MIME, cell_seed, g
 from attention_course.expected import profile_digest, read_profile, reference_table  # noqa: F401 - the file format's owner
 from attention_course.kinds import REGISTRY
 
-from . import intake, memory_budget, results, sandbox, structure, trusted
+from . import intake, learner_files, memory_budget, sandbox, structure, trusted
 from .course import Course
 from .reinitialise import reinitialised
+from .results import CellResult, GradingResult
 from .trusted import feedback_html  # noqa: F401 - part of this module's interface
 
 ENGINE_VERSION = "isolation-8"  # 8: expected values that move with the parameters stay in the kernel
@@ -382,15 +382,13 @@ class Engine:
                 raise GraderError(f"the reference solution of {chapter} does not run in the sandbox: "
                                   f"{report.get('reason')}")
             executed = _merge_outputs(nb, report)
-            decided = _decide(prof, executed, tests, points)
-            _add_budget_notes(decided, notes)
-            failing = [gid for gid, cell in decided.items() if not cell["passed"]]
+            failing = [c for c in _add_budget_notes(_decide(prof, executed, tests, points), notes) if not c.passed]
             if not failing:
                 return
             if attempt == 1:
                 raise GraderError(f"the reference solution of {chapter} fails its own tests under the isolated "
-                                  f"grader: " + "; ".join(f"{g}: {decided[g]['messages'][:2]}" for g in failing))
-            for gid in failing:
+                                  f"grader: " + "; ".join(f"{c.grade_id}: {list(c.messages[:2])}" for c in failing))
+            for gid in (c.grade_id for c in failing):
                 spec = prof["cells"][gid]
                 spec["conservative"] = True
                 spec["keep_want_sites"] = sorted(c["site"] for c in spec["checks"] if REGISTRY[c["kind"]].expected)
@@ -446,49 +444,51 @@ class Engine:
 
     # -- grading ----------------------------------------------------------------------------------------
 
-    def grade(self, chapter: str, submission: Path, student: str) -> dict:
+    def grade(self, chapter: str, submission: Path, student: str) -> GradingResult:
         started = time.monotonic()
-        result = results.new(student, chapter, isolation=self.isolation.get("label", ""))
+        base = {"student": student, "chapter": chapter, "isolation": self.isolation.get("label", "")}
         try:
-            self._grade(chapter, Path(submission), result)
+            result = self._grade(chapter, Path(submission), base)
         except GraderError as exc:
-            result.update(status="failed", reason=f"grader error: {exc}")
-            self._zero_cells(chapter, result, "not graded: the grader failed (not your fault)")
+            result = self._unscored(chapter, base, "failed", f"grader error: {exc}")
         except Exception as exc:  # noqa: BLE001 - one notebook must never stop a batch
-            result.update(status="failed", reason=f"grader error: {type(exc).__name__}: {exc}")
-            self._zero_cells(chapter, result, "not graded: the grader failed (not your fault)")
-        if result.get("executed_notebook") is not None:  # plain JSON, as nbformat writes it
-            result["executed_notebook"] = json.loads(nbformat.writes(result["executed_notebook"]))
-        result["seconds"] = round(time.monotonic() - started, 3)
-        return result
+            result = self._unscored(chapter, base, "failed", f"grader error: {type(exc).__name__}: {exc}")
+        return result.replace(seconds=round(time.monotonic() - started, 3))
 
     def _graded_cells(self, chapter: str) -> list[tuple[str, float]]:
         source = nbformat.read(self.course.source_notebook(chapter), as_version=4)
         return graded_cells(source)
 
-    def _zero_cells(self, chapter: str, result: dict, message: str) -> None:
+    def _unscored(self, chapter: str, base: dict, status: str, reason: str, **fields) -> GradingResult:
+        """Zero (the learner's notebook) or failed (the grader): every graded cell of the chapter scores 0."""
         try:
             graded = self._graded_cells(chapter)
         except Exception:  # noqa: BLE001
             graded = []
-        results.zero_cells(result, graded, message)
+        return GradingResult.unscored(status=status, reason=reason, graded=graded, **base, **fields)
 
-    def _grade(self, chapter: str, submission: Path, result: dict) -> None:
+    def _grade(self, chapter: str, submission: Path, base: dict) -> GradingResult:
         src_path = self.course.source_notebook(chapter)
         if not src_path.is_file():
             raise GraderError(f"unknown chapter {chapter!r}")
         try:
             nb, intake_flags = intake.read_submission(submission, chapter)
         except intake.Unusable as exc:
-            result.update(status="zero", reason=str(exc))
-            self._zero_cells(chapter, result, f"not graded: {exc}")
-            return
+            return self._unscored(chapter, base, "zero", str(exc))
         source = nbformat.read(src_path, as_version=4)
         release_path = self.course.release_notebook(chapter)
         release = nbformat.read(release_path, as_version=4) if release_path.is_file() else None
+        # The course's own solution (a symlink nbgrader collect followed, a hard link, a copy) is not the learner's
+        # work: refused here too, not only by `grade`'s discovery, so grade-one and every worker hold the same rule
+        # (learner_files owns it). Refused before it runs: the hidden tests never execute as a learner's cells.
+        # Only against a release: without one there is no telling what the learner was given (a chapter that is
+        # not released yet, such as the tests' synthetic ones, grades its source as a learner's notebook).
+        hidden = learner_files.hidden_test_lines(source, release) if release is not None else set()
+        if learner_files.carries_hidden_tests(nbformat.writes(nb).encode("utf-8", "replace"), hidden):
+            reason = learner_files.HIDDEN_TESTS_REASON
+            return self._unscored(chapter, base, "zero", reason, flags=(*intake_flags, reason))
         prof = self.profile(chapter)
         fixed = structure.repair(nb, source, release)
-        result["flags"] = intake_flags + fixed.flags
         # The chapter's own demo cells, left as released, are skipped as in the reference run: they draw figures
         # or train illustrations (most of a notebook's time) and no graded check reads them. A cell the learner
         # wrote or changed still runs.
@@ -496,19 +496,16 @@ class Engine:
         report, notes = self._run_graded(fixed.nb, self._cells_to_run(fixed.nb, fixed.tests, prof, skip=demos),
                                          source, self.limits)
         report, output_flags = intake.clean_report(report)  # learner-controlled: encodable, bounded depth
-        result["flags"] += output_flags
         if report.get("status") == "error":
             raise GraderError(report.get("reason", "sandbox error"))
         executed = _merge_outputs(fixed.nb, report)
-        result["executed_notebook"] = executed
+        found = {"flags": intake_flags + fixed.flags + output_flags,
+                 "executed_notebook": json.loads(nbformat.writes(executed))}  # plain JSON, as nbformat writes it
         if report.get("status") != "ok":
-            result.update(status="zero", reason=str(report.get("reason", "kernel died")))
-            self._zero_cells(chapter, result, f"not graded: {result['reason']}")
-            return
+            return self._unscored(chapter, base, "zero", str(report.get("reason", "kernel died")), **found)
         leaks = trusted.LeakFilter([c.source for c in source.cells if is_graded_test(c) and trusted.is_hidden(c.source)])
         decided = _decide(prof, executed, fixed.tests, self._graded_cells(chapter), leaks, self.limits.cell_timeout_s)
-        _add_budget_notes(decided, notes)
-        results.set_cells(result, decided)
+        return GradingResult(status="graded", cells=tuple(_add_budget_notes(decided, notes)), **base, **found)
 
 
 def _clean_output(o) -> dict | None:
@@ -533,16 +530,18 @@ def _clean_output(o) -> dict | None:
     return None
 
 
-def _add_budget_notes(decided: dict, notes: dict[str, dict]) -> None:
+def _add_budget_notes(decided: list[CellResult], notes: dict[str, dict]) -> list[CellResult]:
     """Say, in a failed budget cell's feedback, that it ran under a memory budget (and whether it was stopped)."""
-    for gid, info in notes.items():
-        cell = decided.get(gid)
-        if cell is None or cell["passed"]:
-            continue
-        if info["note"]:  # the job was stopped: its checks never ran, and this is the only thing to say
-            cell["messages"][:] = [info["note"]]
-        else:
-            cell["messages"].insert(0, memory_budget.note(info["budget"]))
+    out = []
+    for cell in decided:
+        info = notes.get(cell.grade_id)
+        if info is not None and not cell.passed:
+            if info["note"]:  # the job was stopped: its checks never ran, and this is the only thing to say
+                cell = dataclasses.replace(cell, messages=(info["note"],))
+            else:
+                cell = dataclasses.replace(cell, messages=(memory_budget.note(info["budget"]), *cell.messages))
+        out.append(cell)
+    return out
 
 
 def _merge_outputs(nb: nbformat.NotebookNode, report: dict) -> nbformat.NotebookNode:
@@ -567,9 +566,9 @@ def _merge_outputs(nb: nbformat.NotebookNode, report: dict) -> nbformat.Notebook
 
 def _decide(prof: dict, executed: nbformat.NotebookNode, tests: dict[str, int],
             graded: list[tuple[str, float]], leak_filter: trusted.LeakFilter | None = None,
-            cell_timeout_s: float | None = None) -> dict:
-    """The trusted decision for every graded cell: ``{grade_id: {score, max_score, passed, messages}}``."""
-    out = {}
+            cell_timeout_s: float | None = None) -> list[CellResult]:
+    """The trusted decision for every graded cell, in the chapter's order, from the records the kernel made."""
+    out = []
     for gid, pts in graded:
         idx = tests.get(gid)
         outputs = executed.cells[idx].get("outputs", []) if idx is not None else []
@@ -581,11 +580,12 @@ def _decide(prof: dict, executed: nbformat.NotebookNode, tests: dict[str, int],
                                                cell_timeout_s)
         if leak_filter is not None:
             messages = leak_filter.clean(messages)
-        out[gid] = results.cell(passed, pts, messages)
+        out.append(CellResult(gid, pts, passed, tuple(messages)))
     return out
 
 
-def grade_submission(course_root, chapter: str, submission, student: str, limits: Limits = Limits()) -> dict:
+def grade_submission(course_root, chapter: str, submission, student: str,
+                     limits: Limits = Limits()) -> GradingResult:
     """Grade one submission with a throwaway engine (a batch should keep one Engine warm instead)."""
     with Engine(Path(course_root), limits) as engine:
         return engine.grade(chapter, Path(submission), student)
@@ -640,18 +640,18 @@ def main(argv: list[str] | None = None) -> int:
         print(f"grade-one: {exc}", file=sys.stderr)
         return 2
     if args.json:
-        args.json.write_text(json.dumps(result, indent=1))
+        args.json.write_text(json.dumps(result.to_json(), indent=1))
     if args.html:
         args.html.write_text(feedback_html(result))
-    print(f"{result['student']} {result['chapter']}: {result['status']} {result['score']:g}/{result['max_score']:g}"
-          f"{' (' + result['reason'] + ')' if result['reason'] else ''}  [{result['seconds']:.1f} s]")
-    for flag in result["flags"]:
+    print(f"{result.student} {result.chapter}: {result.status} {result.score:g}/{result.max_score:g}"
+          f"{' (' + result.reason + ')' if result.reason else ''}  [{result.seconds:.1f} s]")
+    for flag in result.flags:
         print(f"  flag: {flag}")
-    for gid, cell in result["cells"].items():
-        print(f"  {'PASS' if cell['passed'] else 'FAIL'} {gid} {cell['score']:g}/{cell['max_score']:g}")
-        for m in cell["messages"]:
+    for cell in result.cells:
+        print(f"  {'PASS' if cell.passed else 'FAIL'} {cell.grade_id} {cell.score:g}/{cell.max_score:g}")
+        for m in cell.messages:
             print(f"      {m}")
-    return 0 if result["status"] != "failed" else 1
+    return 0 if result.status != "failed" else 1
 
 
 def profile_main(argv: list[str] | None = None) -> int:

@@ -32,6 +32,21 @@ def one_line(text, limit: int = 500) -> str:
     return line if len(line) <= limit else line[: max(0, limit - 3)] + "..."
 
 
+def printable(text, limit: int) -> str:
+    """``text`` with escape sequences and control characters removed but its lines and spacing kept (a verdict
+    message, a grader error's traceback), cut to its last ``limit`` characters (a traceback ends with the error)."""
+    out = []
+    for ch in _ESCAPES.sub("", str(text)):
+        if ch == "\n":
+            out.append(ch)
+        elif ch in _BREAKS:
+            out.append(" ")
+        elif unicodedata.category(ch) not in _REMOVED:
+            out.append(ch)
+    kept = "".join(out)
+    return kept if len(kept) <= limit else "..." + kept[-(limit - 3):]
+
+
 def last_line(text, limit: int = 300) -> str:
     """The last non-empty line of ``text`` (split on newlines only: a carriage return is part of a line), made safe."""
     lines = [line for line in str(text).split("\n") if one_line(line)]

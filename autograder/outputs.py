@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from . import learner_files
 from .course import Course
 from .discovery import Task, engine_module_name
+from .results import GradingResult
 
 if TYPE_CHECKING:  # the command's run summary (autograder/batch.py imports this module)
     from .batch import Summary
@@ -31,23 +32,23 @@ def _write_atomic_bytes(path: Path, data: bytes) -> None:
     os.replace(tmp, path)
 
 
-def write_outputs(course: Course, result: dict, summary: Summary | None = None) -> None:
+def write_outputs(course: Course, result: GradingResult, summary: Summary | None = None) -> None:
     """The executed notebook (for formgrader) and the learner's feedback page.
 
     The notebook is written only through safe_output.safe_notebook: formgrader renders it in the instructor's
     Jupyter session, so nothing the learner wrote or their kernel produced may be active there (issue 24)."""
     from . import safe_output
 
-    student, chapter = result["student"], result["chapter"]
+    student, chapter = result.student, result.chapter
     t0 = time.perf_counter()
-    if result.get("executed_notebook"):
+    if result.executed_notebook:
         known = safe_output.chapter_texts(course.source_notebook(chapter), course.release_notebook(chapter))
         _write_atomic(course.grading / "autograded" / student / chapter / f"{chapter}.ipynb",
-                      json.dumps(safe_output.safe_notebook(result["executed_notebook"], known), indent=1,
+                      json.dumps(safe_output.safe_notebook(result.executed_notebook, known), indent=1,
                                  ensure_ascii=False))
     t1 = time.perf_counter()
-    page = result.pop("feedback_html", None)  # rendered by the worker
-    if result.get("late"):  # the lateness is known here, not in the worker: render the page here, with it
+    page = result.feedback_html  # rendered by the worker
+    if result.late:  # the lateness is known here, not in the worker: render the page here, with it
         page = None
     if page is None:
         feedback_html = getattr(importlib.import_module(engine_module_name()), "feedback_html", None)
@@ -76,7 +77,7 @@ def _copy_exchange_files(course: Course, task: Task) -> None:
             _write_atomic_bytes(autograded / name, data)
 
 
-def write_csv(course: Course, rows: list[dict]) -> tuple[Path, Path]:
+def write_csv(course: Course, rows: list[GradingResult]) -> tuple[Path, Path]:
     from .export import safe_writer  # ids, flags, reasons and messages are learner text: no cell runs as a formula
 
     out = course.grading / "grades.csv"
@@ -88,22 +89,20 @@ def write_csv(course: Course, rows: list[dict]) -> tuple[Path, Path]:
     # gradebook's nbgrader columns (autograder/deadlines.py).
     w.writerow(["student", "chapter", "status", "score", "max_score", "percent", "flagged", "flags", "reason",
                 "graded_at", "late_hours", "late_penalty", "final_score", "outcome"])
-    for r in sorted(rows, key=lambda r: (r["student"], r["chapter"])):
-        pct = 100.0 * r["score"] / r["max_score"] if r["max_score"] else 0.0
-        penalty = float(r.get("penalty") or 0.0)
-        w.writerow([r["student"], r["chapter"], r["status"], f"{r['score']:g}", f"{r['max_score']:g}", f"{pct:.1f}",
-                    "yes" if r["flags"] else "no", " | ".join(r["flags"]), r["reason"],
-                    r["graded_at"].isoformat(timespec="seconds") if r.get("graded_at") else "",
-                    f"{float(r.get('late_seconds') or 0.0) / 3600:.2f}", f"{penalty:g}",
-                    f"{max(0.0, r['score'] - penalty):g}", outcome(r)])
+    for r in sorted(rows, key=lambda r: (r.student, r.chapter)):
+        pct = 100.0 * r.score / r.max_score if r.max_score else 0.0
+        w.writerow([r.student, r.chapter, r.status, f"{r.score:g}", f"{r.max_score:g}", f"{pct:.1f}",
+                    "yes" if r.flags else "no", " | ".join(r.flags), r.reason,
+                    r.graded_at.isoformat(timespec="seconds") if r.graded_at else "",
+                    f"{r.late_seconds / 3600:.2f}", f"{r.penalty:g}", f"{max(0.0, r.score - r.penalty):g}", outcome(r)])
     _write_atomic(out, buf.getvalue())
     per_cell = course.grading / "grades_by_exercise.csv"
     buf = io.StringIO()
     w = safe_writer(buf)
     w.writerow(["student", "chapter", "cell", "score", "max_score", "passed", "messages"])
-    for r in sorted(rows, key=lambda r: (r["student"], r["chapter"])):
-        for cell, v in sorted(r["cells"].items()):
-            w.writerow([r["student"], r["chapter"], cell, f"{v['score']:g}", f"{v['max_score']:g}",
-                        "yes" if v["passed"] else "no", " | ".join(v["messages"])])
+    for r in sorted(rows, key=lambda r: (r.student, r.chapter)):
+        for v in sorted(r.cells, key=lambda c: c.grade_id):
+            w.writerow([r.student, r.chapter, v.grade_id, f"{v.score:g}", f"{v.max_score:g}",
+                        "yes" if v.passed else "no", " | ".join(v.messages)])
     _write_atomic(per_cell, buf.getvalue())
     return out, per_cell

@@ -19,6 +19,7 @@ from pathlib import Path
 from attention_course.cells import graded_cells
 
 from .course import Course
+from .results import GradingResult
 
 REPORT_NAME = "class_report.html"
 
@@ -38,39 +39,38 @@ def exercise_order(course: Course, chapters: list[str]) -> dict[str, list[tuple[
     return order
 
 
-def _percent(row: dict) -> float:
-    return 100.0 * row["score"] / row["max_score"] if row["max_score"] else 0.0
+def _percent(row: GradingResult) -> float:
+    return 100.0 * row.score / row.max_score if row.max_score else 0.0
 
 
-def outcome(row: dict) -> str:
+def outcome(row: GradingResult) -> str:
     """One of OUTCOMES, the words the summary line, the report and grades.csv share: "not gradable" (the
     grader could not grade the notebook: its status is "zero"), "scored zero" (graded, no points) or "graded"."""
-    if row["status"] == "zero":
+    if row.status == "zero":
         return "not gradable"
-    return "scored zero" if row["score"] <= 0 else "graded"
+    return "scored zero" if row.score <= 0 else "graded"
 
 
 OUTCOMES = ("graded", "scored zero", "not gradable")
 
 
-def zero_reason(row: dict) -> str | None:
+def zero_reason(row: GradingResult) -> str | None:
     """Why a recorded notebook scored zero, or None when it scored more. Two kinds, kept apart: a notebook
     that could not be graded (unreadable, wrong name, nothing submitted, kernel died: its reason) and one
     that was graded and failed every check. Grader errors are never recorded; they are listed separately."""
-    if row["score"] > 0:
+    if row.score > 0:
         return None
-    if row["status"] == "zero":
-        return f"not gradable: {row['reason'] or 'unusable notebook'}"
-    cells = row.get("cells") or {}
-    passed = sum(1 for v in cells.values() if v.get("passed"))
-    return f"graded: no check passed ({passed} of {len(cells)} graded cells)"
+    if row.status == "zero":
+        return f"not gradable: {row.reason or 'unusable notebook'}"
+    passed = sum(1 for v in row.cells if v.passed)
+    return f"graded: no check passed ({passed} of {len(row.cells)} graded cells)"
 
 
-def _cell_fraction(row: dict, cell: str, points: float) -> float:
-    v = row["cells"].get(cell)
-    if v is None or row["status"] != "graded":
+def _cell_fraction(row: GradingResult, cell: str, points: float) -> float:
+    v = row.cell(cell)
+    if v is None or row.status != "graded":
         return 0.0
-    return v["score"] / v["max_score"] if v["max_score"] else float(v["passed"])
+    return v.score / v.max_score if v.max_score else float(v.passed)
 
 
 # Sizes that stay readable at normal zoom: figures are embedded at FIGURE_DPI and never wider than the page's
@@ -114,7 +114,7 @@ def _build_figures(plt, matplotlib, rows, chapters, order) -> dict[str, list]:
     figs: dict[str, list] = {}
     by_chapter = defaultdict(list)
     for r in rows:
-        by_chapter[r["chapter"]].append(r)
+        by_chapter[r.chapter].append(r)
     max_in = MAX_FIGURE_PX / FIGURE_DPI
 
     # Score distribution per chapter: one panel each, three to a row.
@@ -160,8 +160,8 @@ def _build_figures(plt, matplotlib, rows, chapters, order) -> dict[str, list]:
 
     # Learners x exercises, one heatmap per chapter (one shared colour scale: share of the cell's points;
     # grey: not submitted). Row and column sizes follow the label font, so labels never overlap.
-    students = sorted({r["student"] for r in rows})
-    index = {(r["student"], r["chapter"]): r for r in rows}
+    students = sorted({r.student for r in rows})
+    index = {(r.student, r.chapter): r for r in rows}
     cmap = matplotlib.colormaps["RdYlGn"].with_extremes(bad="#dddddd")
     heatmaps = []
     for chapter in chapters:
@@ -210,16 +210,16 @@ def most_failed(rows, order, top: int = 15) -> list[dict]:
     stats = []
     by_chapter = defaultdict(list)
     for r in rows:
-        if r["status"] == "graded":
-            by_chapter[r["chapter"]].append(r)
+        if r.status == "graded":
+            by_chapter[r.chapter].append(r)
     for chapter, cells in order.items():
         for cell, points in cells:
             fails, messages = 0, Counter()
             for r in by_chapter[chapter]:
-                v = r["cells"].get(cell)
-                if v is None or not v["passed"]:
+                v = r.cell(cell)
+                if v is None or not v.passed:
                     fails += 1
-                    for m in (v or {}).get("messages", []) or ["(no message)"]:
+                    for m in (v.messages if v else ()) or ["(no message)"]:
                         messages[m] += 1
             if fails:
                 stats.append({"chapter": chapter, "cell": cell, "failed": fails, "of": len(by_chapter[chapter]),
@@ -231,7 +231,7 @@ def most_failed(rows, order, top: int = 15) -> list[dict]:
 _NUMBER = re.compile(r"-?\d+(\.\d+)?(e-?\d+)?")
 
 
-def misconceptions(course: Course, rows: list[dict]) -> list[dict]:
+def misconceptions(course: Course, rows: list[GradingResult]) -> list[dict]:
     """What the class got wrong, grouped by symptom: [{chapter, label, mistakes, cells, learners}], largest first.
 
     A failed graded cell is labelled with the chapter's mistake catalogue (``solutions/<chapter>/mistakes.toml``)
@@ -246,15 +246,16 @@ def misconceptions(course: Course, rows: list[dict]) -> list[dict]:
     groups: dict[tuple, dict] = {}
     catalogues = {}
     for r in rows:
-        if r["status"] != "graded":
+        if r.status != "graded":
             continue
-        chapter = r["chapter"]
+        chapter = r.chapter
         if chapter not in catalogues:
             catalogues[chapter] = load_mistakes(course, chapter)
-        for cell, v in sorted((r.get("cells") or {}).items()):
-            if v.get("passed"):
+        for v in sorted(r.cells, key=lambda c: c.grade_id):
+            cell = v.grade_id
+            if v.passed:
                 continue
-            messages = [str(m) for m in v.get("messages") or []]
+            messages = list(v.messages)
             text = " ".join(messages).lower()
             known = [m for m in catalogues[chapter] if cell in m.fails and m.symptom.lower() in text]
             if NOT_IMPLEMENTED in messages:
@@ -277,7 +278,7 @@ def misconceptions(course: Course, rows: list[dict]) -> list[dict]:
                                         "mistakes": set(), "cells": set(), "learners": set()})
             g["mistakes"].update(m.what for m in known)
             g["cells"].add(cell)
-            g["learners"].add(r["student"])
+            g["learners"].add(r.student)
     out = [dict(g, mistakes=sorted(g["mistakes"]), cells=sorted(g["cells"]), learners=sorted(g["learners"]))
            for g in groups.values()]
     out.sort(key=lambda g: (g["chapter"], not g["catalogued"], g["not_implemented"], -len(g["learners"]),
@@ -285,33 +286,33 @@ def misconceptions(course: Course, rows: list[dict]) -> list[dict]:
     return out
 
 
-def render(course: Course, rows: list[dict], failures: list[dict] | None = None, similarity=None) -> str:
+def render(course: Course, rows: list[GradingResult], failures: list[dict] | None = None, similarity=None) -> str:
     """The report's HTML. ``similarity``: the similarity check's per-chapter results (autograder/similarity.py),
     whose own escaped sections are placed here; None when the check was not run."""
     esc = html.escape
-    chapters = sorted({r["chapter"] for r in rows})
+    chapters = sorted({r.chapter for r in rows})
     order = exercise_order(course, chapters)
     figs = _figures(rows, chapters, order) if rows else {}
-    learners = len({r["student"] for r in rows})
+    learners = len({r.student for r in rows})
     parts = [f"<h1>Class report</h1><p>{learners} learners, {len(rows)} recorded notebooks"
              f"{f', {len(failures)} not graded (grader errors)' if failures else ''}, "
              f"generated {_dt.datetime.now().isoformat(timespec='seconds')}.</p>"]
     levels: dict[str, int] = {}  # the isolation each notebook was graded at (docs/isolation.md)
     for r in rows:
-        levels[r.get("isolation") or "not recorded"] = levels.get(r.get("isolation") or "not recorded", 0) + 1
+        levels[r.isolation or "not recorded"] = levels.get(r.isolation or "not recorded", 0) + 1
     if levels:
         parts.append("<p>Isolation: " + "; ".join(f"{esc(k)}: {v} notebook(s)" for k, v in sorted(levels.items()))
                      + ".</p>")
 
     summary = []
     for ch in chapters:
-        rs = [r for r in rows if r["chapter"] == ch]
+        rs = [r for r in rows if r.chapter == ch]
         pct = sorted(_percent(r) for r in rs)
         mean = sum(pct) / len(pct) if pct else 0.0
         median = pct[len(pct) // 2] if pct else 0.0
         summary.append([esc(ch), len(rs), f"{mean:.1f}%", f"{median:.1f}%",
                         sum(1 for p in pct if p >= 100.0), sum(1 for r in rs if zero_reason(r)),
-                        sum(1 for r in rs if r["status"] == "zero"), sum(1 for r in rs if r["flags"])])
+                        sum(1 for r in rs if r.status == "zero"), sum(1 for r in rs if r.flags)])
     # The vocabulary of the run's summary line and grades.csv (OUTCOMES): "scored zero" counts every notebook
     # worth 0 points, "not gradable" those of them the grader could not grade.
     parts.append("<h2>Chapters</h2>" + _table(["chapter", "learners", "mean", "median", "full marks", "scored zero",
@@ -343,24 +344,23 @@ def render(course: Course, rows: list[dict], failures: list[dict] | None = None,
                  "learners.</p>" + (_table(["chapter", "symptom", "catalogued mistakes with this symptom",
                                             "graded cells", "learners", "who"], body) if body else "<p>None.</p>"))
 
-    flagged = [[esc(r["student"]), esc(r["chapter"]), f"{r['score']:g} / {r['max_score']:g}",
-                "<br>".join(esc(f) for f in r["flags"])] for r in rows if r["flags"]]
+    flagged = [[esc(r.student), esc(r.chapter), f"{r.score:g} / {r.max_score:g}",
+                "<br>".join(esc(f) for f in r.flags)] for r in rows if r.flags]
     parts.append("<h2>Flagged notebooks</h2>" + (_table(["student", "chapter", "score", "flags"], flagged)
                                                  if flagged else "<p>None.</p>"))
-    late = [r for r in rows if (r.get("late_seconds") or 0) > 0]
+    late = [r for r in rows if r.late_seconds > 0]
     if late:  # nbgrader's columns, written by the gradebook writer with the course's policy (autograder/deadlines.py)
         from .deadlines import how_late
 
-        body = [[esc(r["student"]), esc(r["chapter"]), esc(how_late(r["late_seconds"])),
-                 f"{float(r.get('penalty') or 0.0):g}",
-                 f"{max(0.0, r['score'] - float(r.get('penalty') or 0.0)):g} / {r['max_score']:g}"]
-                for r in sorted(late, key=lambda r: (r["chapter"], -r["late_seconds"], r["student"]))]
+        body = [[esc(r.student), esc(r.chapter), esc(how_late(r.late_seconds)), f"{r.penalty:g}",
+                 f"{max(0.0, r.score - r.penalty):g} / {r.max_score:g}"]
+                for r in sorted(late, key=lambda r: (r.chapter, -r.late_seconds, r.student))]
         parts.append("<h2>Late submissions</h2><p>After the due date plus any extension. The policy is set in "
                      "autograder/nbgrader_config.py (stock nbgrader applies the same one).</p>"
                      + _table(["student", "chapter", "late by", "points lost", "score after the penalty"], body))
     else:
         parts.append("<h2>Late submissions</h2><p>None.</p>")
-    zeros = [[esc(r["student"]), esc(r["chapter"]), f"{r['score']:g} / {r['max_score']:g}", esc(zero_reason(r))]
+    zeros = [[esc(r.student), esc(r.chapter), f"{r.score:g} / {r.max_score:g}", esc(zero_reason(r))]
              for r in rows if zero_reason(r)]
     parts.append("<h2>Notebooks that scored zero</h2>" + (_table(["student", "chapter", "score", "why"], zeros)
                                                           if zeros else "<p>None.</p>"))
@@ -386,7 +386,7 @@ def render(course: Course, rows: list[dict], failures: list[dict] | None = None,
             f"<style>{style}</style></head><body>" + "\n".join(parts) + "</body></html>")
 
 
-def write_report(course: Course, rows: list[dict], failures: list[dict] | None = None, similarity=None) -> Path:
+def write_report(course: Course, rows: list[GradingResult], failures: list[dict] | None = None, similarity=None) -> Path:
     out = course.grading / "reports" / REPORT_NAME
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.name}.tmp")

@@ -69,10 +69,14 @@ import html
 import json
 import re
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from attention_course.encoding import PYTHON_NAMES, decode, validate
 from attention_course.kinds import REGISTRY, decide
 from attention_course.verdicts import HIDDEN_EXCEPTION_NAMES
+
+if TYPE_CHECKING:
+    from .results import GradingResult
 
 HIDDEN_BEGIN = "BEGIN HIDDEN TESTS"
 
@@ -591,24 +595,26 @@ def _exercise_html(text: str) -> str:
     return re.sub(r"`([^`]+)`", r"<code>\1</code>", html.escape(text))
 
 
-def _lead(result: dict, names: dict[str, str]) -> list[str]:
+def _lead(result: GradingResult, names: dict[str, str]) -> list[str]:
     """What to fix first, before the table: the first failed test's exercise and symptom, and every exercise still
     blank named once (a blank notebook used to list one 'did not run' line per check, dozens of them)."""
-    failed = [(gid, cell) for gid, cell in (result.get("cells") or {}).items() if not cell.get("passed")]
-    if not failed or result.get("status") == "failed":
+    failed = [cell for cell in result.cells if not cell.passed]
+    if not failed or result.status == "failed":
         return []
     blank = []
-    for gid, cell in failed:
-        if NOT_IMPLEMENTED in cell.get("messages", []):
+    for cell in failed:
+        gid = cell.grade_id
+        if NOT_IMPLEMENTED in cell.messages:
             name = names.get(gid, f"the exercise tested by {gid}")
             if name not in blank:
                 blank.append(name)
-    gid, cell = failed[0]
-    if NOT_IMPLEMENTED in cell.get("messages", []):  # the first thing to do is to write the first blank function
+    cell = failed[0]
+    gid = cell.grade_id
+    if NOT_IMPLEMENTED in cell.messages:  # the first thing to do is to write the first blank function
         return ["<p class='first-fix'><strong>Not implemented yet</strong> (the function still raises "
                 "NotImplementedError), start with the first: " + "; ".join(map(_exercise_html, blank)) + "</p>"]
     where = _exercise_html(names[gid]) if gid in names else f"the test <code>{html.escape(str(gid))}</code>"
-    symptom = html.escape(_public_message(next(iter(cell.get("messages", [])), "failed")))
+    symptom = html.escape(_public_message(next(iter(cell.messages), "failed")))
     parts = [f"<p class='first-fix'><strong>Fix first:</strong> {where}: {symptom}</p>"]
     if blank:
         parts.append("<p class='not-implemented'><strong>Not implemented yet</strong> (the function still raises "
@@ -616,7 +622,7 @@ def _lead(result: dict, names: dict[str, str]) -> list[str]:
     return parts
 
 
-def feedback_html(result: dict) -> str:
+def feedback_html(result: GradingResult) -> str:
     """One learner's feedback as a self-contained HTML fragment: per graded cell points, pass/fail and the
     symptom messages, led by what to fix first. Every text in it is the grader's own (verdict symptoms, authors' hints,
     the exercise headings of the course's own source notebook, Python's own
@@ -629,38 +635,36 @@ def feedback_html(result: dict) -> str:
     # A whole page with a head, so the browser applies the policy: no script, no remote resource (issue 24).
     parts = [f"<!DOCTYPE html><html><head><meta charset='utf-8'>{CSP_META}<title>Feedback</title></head><body>",
              "<div class='attention-course-feedback'>",
-             f"<h2>{esc(str(result.get('chapter', '')))}: {result.get('score', 0):g} / "
-             f"{result.get('max_score', 0):g} points</h2>"]
-    late = result.get("late")
-    if late:  # the grader's own numbers (autograder/deadlines.py): how late, the points lost, the policy
-        after = max(0.0, float(result.get("score", 0)) - float(late.get("penalty", 0)))
-        parts.append(f"<p class='late'><strong>Late:</strong> submitted {esc(str(late.get('text', '')))} after "
-                     f"the due date; {float(late.get('penalty', 0)):g} points lost, so {after:g} / "
-                     f"{result.get('max_score', 0):g} count (policy: {esc(str(late.get('policy', '')))}).</p>")
-    if result.get("status") == "failed":  # the grader's own trouble: its details are for the instructor
+             f"<h2>{esc(result.chapter)}: {result.score:g} / {result.max_score:g} points</h2>"]
+    late = result.late
+    if late and late.seconds > 0:  # the grader's own numbers (autograder/deadlines.py): how late, the points lost
+        after = max(0.0, result.score - late.penalty)
+        parts.append(f"<p class='late'><strong>Late:</strong> submitted {esc(late.text)} after "
+                     f"the due date; {late.penalty:g} points lost, so {after:g} / "
+                     f"{result.max_score:g} count (policy: {esc(late.policy)}).</p>")
+    if result.status == "failed":  # the grader's own trouble: its details are for the instructor
         parts.append("<p class='reason'><strong>Not graded:</strong> the grader had a problem with this notebook "
                      "(not your fault); your instructor can see why.</p>")
-    elif result.get("reason"):
+    elif result.reason:
         parts.append(f"<p class='reason'><strong>Not graded normally:</strong> "
-                     f"{esc(public_reason(result['reason']))}</p>")
-    if result.get("flags"):
+                     f"{esc(public_reason(result.reason))}</p>")
+    if result.flags:
         parts.append("<p>Changes the grader made to your notebook:</p><ul class='flags'>")
-        parts.extend(f"<li>{esc(str(f))}</li>" for f in result["flags"])
+        parts.extend(f"<li>{esc(f)}</li>" for f in result.flags)
         parts.append("</ul>")
-    names = exercise_names(result.get("chapter", ""))
+    names = exercise_names(result.chapter)
     parts.extend(_lead(result, names))
     parts.append("<table><thead><tr><th>test</th><th>result</th><th>points</th><th>what to look at</th></tr>"
                  "</thead><tbody>")
-    for gid, cell in (result.get("cells") or {}).items():
-        ok = bool(cell.get("passed"))
-        messages = cell.get("messages", [])
+    for cell in result.cells:
+        gid, ok, messages = cell.grade_id, cell.passed, list(cell.messages)
         if NOT_IMPLEMENTED in messages:  # named once, above the table; its stopped checks say nothing more
             messages = ["listed above"]
         msgs = "".join(f"<li>{esc(_public_message(m))}</li>" for m in messages)
         exercise = f"<br>{_exercise_html(names[gid])}" if gid in names else ""
-        parts.append(f"<tr class='{'pass' if ok else 'fail'}'><td><code>{esc(str(gid))}</code>{exercise}</td>"
+        parts.append(f"<tr class='{'pass' if ok else 'fail'}'><td><code>{esc(gid)}</code>{exercise}</td>"
                      f"<td>{'passed' if ok else 'failed'}</td>"
-                     f"<td>{cell.get('score', 0):g} / {cell.get('max_score', 0):g}</td>"
+                     f"<td>{cell.score:g} / {cell.max_score:g}</td>"
                      f"<td>{'<ul>' + msgs + '</ul>' if msgs else ''}</td></tr>")
     parts.append("</tbody></table></div></body></html>")
     return "\n".join(parts)

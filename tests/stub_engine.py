@@ -11,7 +11,7 @@ from pathlib import Path
 import nbformat
 
 from attention_course.cells import graded_cells
-from autograder import results
+from autograder.results import CellResult, GradingResult
 
 
 @dataclass
@@ -30,16 +30,14 @@ class Engine:
     def __exit__(self, *exc):
         pass
 
-    def grade(self, chapter: str, submission: Path, student: str) -> dict:
+    def grade(self, chapter: str, submission: Path, student: str) -> GradingResult:
         marker = Path(submission).with_name(".stub-engine-crashed")
         if student == "crash" or (student == "flaky" and not marker.exists()):
             marker.touch()
             os._exit(3)
         src = nbformat.read(self.root / "solutions" / chapter / f"{chapter}.ipynb", as_version=4)
-        result = results.new(student, chapter)
-        results.set_cells(result, {gid: results.cell(True, pts, []) for gid, pts in graded_cells(src)})
-        return result
+        return GradingResult(student, chapter, cells=tuple(CellResult(gid, pts, True) for gid, pts in graded_cells(src)))
 
 
-def feedback_html(result: dict) -> str:
-    return f"<p>{result['student']}: {result['score']:g} / {result['max_score']:g}</p>"
+def feedback_html(result: GradingResult) -> str:
+    return f"<p>{result.student}: {result.score:g} / {result.max_score:g}</p>"

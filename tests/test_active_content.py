@@ -23,6 +23,7 @@ from bs4 import BeautifulSoup
 
 from attention_course.cells import RECORD_MIME
 from autograder import safe_output
+from autograder.results import GradingResult
 
 CHAPTER = "03_scoring_functions"
 MARK = "PWNMARK"  # in every payload: nothing executable that the page holds may contain it
@@ -279,8 +280,8 @@ def test_formgraders_rendering_of_an_attacked_notebook_runs_nothing_of_the_learn
 def test_the_pages_the_grader_writes_forbid_scripts():
     from autograder import trusted
 
-    page = trusted.feedback_html({"chapter": CHAPTER, "score": 1, "max_score": 2, "flags": ["<script>x</script>"],
-                                  "cells": {}})
+    page = trusted.feedback_html(GradingResult.of({"chapter": CHAPTER, "score": 1, "max_score": 2, "flags": ["<script>x</script>"],
+                                  "cells": {}}))
     head = BeautifulSoup(page, "html.parser").head
     csp = head.find("meta", attrs={"http-equiv": "Content-Security-Policy"})["content"]
     assert csp == safe_output.CSP and "script-src" not in csp and "default-src 'none'" in csp
@@ -316,7 +317,7 @@ def test_an_attackers_notebook_graded_by_the_engine_is_written_inert(tmp_path_fa
     assert all(o.get("metadata") in ({}, None) for o in outputs if "image/png" not in o.get("data", {}))
     assert "red and a bell PWNMARK-stdout" in text and "\\u001b" not in text
 
-    result["feedback_html"] = "<p>feedback</p>"
+    result = result.replace(feedback_html="<p>feedback</p>")
     grading_outputs.write_outputs(course, result)  # where `grade` writes the autograded notebook
     written = json.loads((course.grading / "autograded" / "eve" / CHAPTER / f"{CHAPTER}.ipynb").read_text())
     learner = [c for c in written["cells"] if c["cell_type"] != "code" and "atob(" in "".join(c["source"])]

@@ -18,6 +18,7 @@ from autograder import export, submissions
 from autograder.course import Course
 from autograder.deadlines import PerHourPenalty, Policy, how_late, set_deadlines
 from autograder.gradebook import COURSE_ID, GradebookWriter
+from autograder.results import GradingResult
 
 DUE = dt.datetime(2026, 12, 1, 12, 0, 0)
 HOUR = 3600.0
@@ -99,9 +100,9 @@ def _result(course, student, chapter, passed):
     nb = nbformat.read(course.source_notebook(chapter), as_version=4)
     cells = {g: {"score": p if i < passed else 0.0, "max_score": p, "passed": i < passed, "messages": []}
              for i, (g, p) in enumerate(graded_cells(nb))}
-    return {"student": student, "chapter": chapter, "status": "graded", "reason": "", "flags": [],
+    return GradingResult.of({"student": student, "chapter": chapter, "status": "graded", "reason": "", "flags": [],
             "score": sum(v["score"] for v in cells.values()),
-            "max_score": sum(v["max_score"] for v in cells.values()), "cells": cells}
+            "max_score": sum(v["max_score"] for v in cells.values()), "cells": cells})
 
 
 @pytest.mark.unit

@@ -13,6 +13,7 @@ import pytest
 from autograder import export
 from autograder.course import Course
 from autograder.gradebook import COURSE_ID, GradebookWriter
+from autograder.results import CellResult, GradingResult
 
 pytestmark = pytest.mark.unit
 
@@ -25,10 +26,8 @@ def _result(course, student, chapter, passed: int, status="graded", reason=""):
 
     nb = nbformat.read(course.source_notebook(chapter), as_version=4)
     graded = [(grade_id(c), float(nbgrader_meta(c)["points"])) for c in nb.cells if is_graded_test(c)]
-    cells = {g: {"score": p if i < passed else 0.0, "max_score": p, "passed": i < passed, "messages": []}
-             for i, (g, p) in enumerate(graded)}
-    return {"student": student, "chapter": chapter, "status": status, "reason": reason, "flags": [],
-            "score": sum(v["score"] for v in cells.values()), "max_score": sum(p for _, p in graded), "cells": cells}
+    return GradingResult(student, chapter, status, reason,
+                         cells=tuple(CellResult(g, p, i < passed) for i, (g, p) in enumerate(graded)))
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +42,7 @@ def gradebook(tmp_path_factory):
                                                  ("bea", CH3, 0, "graded"), ('o"neil, jr', CH5, 0, "zero")):
             r = _result(course, student, chapter, passed, status, "malformed JSON" if status == "zero" else "")
             w.write_result(r, key="k")
-            expected[(student, chapter)] = r["score"]
+            expected[(student, chapter)] = r.score
     from nbgrader.api import Gradebook
 
     with Gradebook(db, course_id=COURSE_ID) as gb:
@@ -54,7 +53,7 @@ def gradebook(tmp_path_factory):
         grade.manual_score = 2.0
         gb.db.commit()
     expected[("bea", CH3)] = 2.0
-    maxima = {ch: _result(course, "x", ch, 0)["max_score"] for ch in (CH3, CH5)}
+    maxima = {ch: _result(course, "x", ch, 0).max_score for ch in (CH3, CH5)}
     return course, db, expected, maxima
 
 

@@ -12,6 +12,7 @@ import pytest
 from attention_course.cells import grade_id, is_graded_test, points
 from autograder import trusted
 from autograder.course import Course
+from autograder.results import GradingResult
 
 COURSE = Course()
 CHAPTER = "03_scoring_functions"
@@ -40,7 +41,7 @@ def _page(errors: dict[str, dict]) -> str:
         cells[gid] = {"score": 0.0, "max_score": points(cell), "passed": passed, "messages": messages}
     result = {"chapter": CHAPTER, "score": 0, "max_score": sum(c["max_score"] for c in cells.values()),
               "status": "graded", "flags": [], "cells": cells}
-    return html.unescape(re.sub(r"<[^>]+>", "", trusted.feedback_html(result)))
+    return html.unescape(re.sub(r"<[^>]+>", "", trusted.feedback_html(GradingResult.of(result))))
 
 
 @pytest.mark.unit

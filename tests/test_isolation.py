@@ -25,10 +25,11 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from attention_course.cells import grade_id, is_graded_test
+from attention_course.cells import RECORD_MIME, grade_id, is_graded_test
 from autograder import structure, submissions, trusted
 from autograder.course import Course
 from autograder.isolation import Engine, Limits, feedback_html
+from autograder.results import GradingResult
 
 from .hostile import run
 from .hostile.cases import CASES, CHAPTER, FULL, Ctx
@@ -155,8 +156,8 @@ def batch(request, tmp_path_factory):
             "seconds": time.monotonic() - started, "ipc_left": ipc_left}
 
 
-def _outputs_text(result: dict) -> str:
-    nb = result.get("executed_notebook") or {"cells": []}
+def _outputs_text(result: GradingResult) -> str:
+    nb = result.executed_notebook or {"cells": []}
     return json.dumps([o for c in nb["cells"] for o in c.get("outputs", [])])
 
 
@@ -178,38 +179,61 @@ def assert_contained(batch: dict, case) -> None:
     """The case's exact outcome at the batch's level (tests/hostile/levels.py), and nothing escaped."""
     results = batch["results"]
     assert case.name in results and "__after__" in results, "the batch did not finish"
-    assert results["__after__"]["score"] == FULL, "the engine is not healthy after the hostile corpus"
+    assert results["__after__"].score == FULL, "the engine is not healthy after the hostile corpus"
     assert batch["changed"] == [], f"files outside the sandbox changed: {batch['changed']}"
     assert batch["server"] == [], f"the loopback server was reached: {batch['server']}"
     assert batch["ipc_left"] == [], f"System V IPC objects left on the host: {batch['ipc_left']}"
     r = results[case.name]
-    assert r["status"] == case.status, (r["status"], r["reason"], _outputs_text(r)[-3000:])
-    assert r["reason"] == case.reason
-    assert r["score"] == case.score, {g: c["messages"] for g, c in r["cells"].items() if not c["passed"]}
-    assert r["max_score"] == FULL
-    assert sorted(r["flags"]) == sorted(case.flags)
-    if r["status"] == "graded":
-        failing = {g for g, c in r["cells"].items() if not c["passed"]}
-        assert failing == set(case.failing)
-        for g, c in r["cells"].items():
-            assert c["score"] == (0 if g in case.failing else c["max_score"])
+    assert r.status == case.status, (r.status, r.reason, _outputs_text(r)[-3000:])
+    assert r.reason == case.reason
+    assert r.score == case.score, {c.grade_id: c.messages for c in r.cells if not c.passed}
+    assert r.max_score == FULL
+    assert sorted(r.flags) == sorted(case.flags)
+    if r.status == "graded":
+        assert {c.grade_id for c in r.cells if not c.passed} == set(case.failing)
+        for c in r.cells:
+            assert c.score == (0 if c.grade_id in case.failing else c.max_score)
     else:
-        assert all(c["score"] == 0 and not c["passed"] for c in r["cells"].values())
-        assert all(case.reason in m for c in r["cells"].values() for m in c["messages"])
+        assert all(c.score == 0 and not c.passed for c in r.cells)
+        assert all(case.reason in m for c in r.cells for m in c.messages)
     text = _outputs_text(r)
     for s in case.outputs_contain:
         assert s in text, f"{s!r} not in the executed notebook's outputs"
     for s in case.outputs_lack:
         assert s not in text, f"{s!r} in the executed notebook's outputs"
-    assert r["seconds"] < case.max_seconds
-    json.dumps(r, ensure_ascii=False).encode("utf-8")  # the result is plain JSON, storable as UTF-8
+    assert r.seconds < case.max_seconds
+    assert GradingResult.from_json(r.to_wire()) == r  # its wire form is plain UTF-8 JSON and reads back the same
     page = feedback_html(r)
     page.encode("utf-8")
     for s in case.extra.get("feedback_lacks", ()):
-        assert s not in page and s not in json.dumps(r["cells"]), f"{s!r} reached the learner's feedback"
-    if r["executed_notebook"] is not None:
-        assert len(json.dumps(r["executed_notebook"])) < 8 << 20  # outputs were capped
-        nbformat.validate(nbformat.from_dict(r["executed_notebook"]))
+        assert s not in page and s not in json.dumps(r.to_json()["cells"]), f"{s!r} reached the learner's feedback"
+    if r.executed_notebook is not None:
+        assert len(json.dumps(r.executed_notebook)) < 8 << 20  # outputs were capped
+        nbformat.validate(nbformat.from_dict(r.executed_notebook))
+    if "autograded_inert" in case.extra:
+        assert_autograded_inert(batch["course"], r, case.extra["autograded_inert"])
+
+
+INERT_MIMES = {"text/plain", "image/png", "image/jpeg", RECORD_MIME}  # what safe_output keeps (none renders active)
+
+
+def assert_autograded_inert(course: Course, r: GradingResult, mark: str) -> None:
+    """The autograded notebook as `grade` writes it for formgrader (outputs.write_outputs): every output only plain
+    text, a validated raster image or a check record; every learner cell carrying ``mark`` shown as plain text."""
+    from autograder import outputs, safe_output
+
+    outputs.write_outputs(course, r)
+    written = json.loads((course.grading / "autograded" / r.student / CHAPTER / f"{CHAPTER}.ipynb").read_text())
+    marked = 0
+    for cell in written["cells"]:
+        for o in cell.get("outputs", []):
+            assert set(o.get("data", {})) <= INERT_MIMES, (o.get("output_type"), sorted(o.get("data", {})))
+            assert not {k: v for k, v in o.get("metadata", {}).items() if k not in ("width", "height")}
+            marked += mark in json.dumps(o)
+        if cell["cell_type"] != "code" and mark in "".join(cell["source"]):
+            assert cell["source"].startswith(safe_output.LEARNER_TEXT_NOTE), cell["source"][:200]
+            marked += 1
+    assert marked, f"{mark!r} is not in the autograded notebook at all (the attack did not run)"
 
 
 @pytest.mark.sandbox
@@ -223,16 +247,16 @@ def test_wrong_answer_feedback_names_symptoms_without_leaking(batch):
             secrets |= {line.strip() for line in hidden.splitlines() if len(line.strip()) > 20}
     for name, r in batch["results"].items():
         page = feedback_html(r)
-        messages = json.dumps(r["cells"]) + json.dumps(r["flags"]) + r["reason"]
+        messages = json.dumps(r.to_json()["cells"]) + json.dumps(r.flags) + r.reason
         for s in secrets:
             assert s not in page and s not in messages, (name, s)
     r = batch["results"]["tensor_subclass"]
-    assert any("tensor subclass" in m for m in r["cells"]["test_sdpa_visible"]["messages"])
+    assert any("tensor subclass" in m for m in r.cell("test_sdpa_visible").messages)
     r = batch["results"]["fake_records"]
-    assert any("fake check record" in m for m in r["cells"]["test_sdpa_visible"]["messages"])
+    assert any("fake check record" in m for m in r.cell("test_sdpa_visible").messages)
     r = batch["results"]["patch_numpy_torch"]
-    assert any("is the scale 1/sqrt(d)" in m for m in r["cells"]["test_sdpa_hidden"]["messages"]), \
-        r["cells"]["test_sdpa_hidden"]["messages"]
+    assert any("is the scale 1/sqrt(d)" in m for m in r.cell("test_sdpa_hidden").messages), \
+        r.cell("test_sdpa_hidden").messages
     page = feedback_html(r)
     assert "test_sdpa_hidden" in page and "failed" in page and "19 / 27" in page
 
@@ -286,15 +310,15 @@ def test_self_consistency_sites_keep_their_expected_value_in_the_kernel(tmp_path
         right = tmp_path / "right" / f"{SYNTHETIC}.ipynb"
         right.parent.mkdir()
         nbformat.write(source, right)
-        assert engine.grade(SYNTHETIC, right, "right")["score"] == 4
+        assert engine.grade(SYNTHETIC, right, "right").score == 4
         wrong = copy.deepcopy(source)
         wrong.cells[1].source = "def double(x):\n    return x + x + 0 * x.sum() + (x.numel() == 2)"
         path = tmp_path / "wrong" / f"{SYNTHETIC}.ipynb"
         path.parent.mkdir()
         nbformat.write(wrong, path)
         r = engine.grade(SYNTHETIC, path, "wrong")
-        assert r["score"] == 1 and r["cells"]["test_rng"]["passed"]  # right where numel != 2
-        assert r["cells"]["test_double"]["messages"] == ["literal: 2 of 2 values are wrong"]
+        assert r.score == 1 and r.cell("test_rng").passed  # right where numel != 2
+        assert r.cell("test_double").messages == ("literal: 2 of 2 values are wrong",)
 
 
 # -- pieces that need no sandbox ------------------------------------------------------------------------
@@ -437,7 +461,7 @@ def test_policies_are_data_applied_by_named_steps():
 @pytest.mark.unit
 @pytest.mark.timeout(60)
 def test_learner_text_in_a_reason_is_one_line_without_control_characters():
-    from autograder.sandbox.reasons import last_line, one_line
+    from autograder.learner_text import last_line, one_line
 
     paint = "\x1b[2J\x1b[31mFATAL\r\x07 grader\texploded\x1b]0;pwned\x07\x1b[0m\u202e\u200b \x9b1m!"
     assert one_line(paint) == "FATAL grader exploded !"

@@ -14,20 +14,19 @@ from PIL import Image
 
 from autograder import report
 from autograder.course import Course
+from autograder.results import CellResult, GradingResult
 
 pytestmark = pytest.mark.unit
 
 CHAPTER = "03_scoring_functions"
 
 
-def _row(student, status, passed_cells, order, reason="", flags=()):
-    cells = {cell: {"score": pts if cell in passed_cells else 0.0, "max_score": pts, "passed": cell in passed_cells,
-                    "messages": [] if cell in passed_cells else ["wrong shape: expected (2, 3), got (3, 2)"]}
-             for cell, pts in order} if status == "graded" or passed_cells is not None else {}
-    score = sum(v["score"] for v in cells.values())
-    return {"student": student, "chapter": CHAPTER, "status": status, "reason": reason, "flags": list(flags),
-            "score": score, "max_score": sum(p for _, p in order), "cells": cells, "seconds": 1.0,
-            "graded_at": None, "key": "k"}
+def _row(student, status, passed_cells, order, reason="", flags=(),
+         failed=("wrong shape: expected (2, 3), got (3, 2)",)):
+    cells = tuple(CellResult(cell, pts, cell in passed_cells, () if cell in passed_cells else failed)
+                  for cell, pts in order) if status == "graded" or passed_cells is not None else ()
+    return GradingResult(student, CHAPTER, status, reason, tuple(flags), cells,
+                         declared_max=sum(p for _, p in order), seconds=1.0, key="k")
 
 
 @pytest.fixture(scope="module")
@@ -96,7 +95,7 @@ def test_grader_errors_are_kept_apart_from_zeros(klass):
 
 def test_no_zero_means_none(klass):
     course, order, rows, *_ = klass
-    page = BeautifulSoup(report.render(course, [r for r in rows if r["score"] > 0]), "html.parser")
+    page = BeautifulSoup(report.render(course, [r for r in rows if r.score > 0]), "html.parser")
     text = " ".join(n.get_text() for n in _section(page, "Notebooks that scored zero") if hasattr(n, "get_text"))
     assert text.strip() == "None."
     (row,) = _table(_section(page, "Chapters"))
@@ -131,7 +130,7 @@ def _visible_texts(fig):
 def test_figure_text_is_readable(klass):
     course, order, rows, *_ = klass
     # A class of 40 learners, so the heatmap has many rows.
-    big = [dict(r, student=f"learner{i:03d}") for i in range(40) for r in rows[i % len(rows):i % len(rows) + 1]]
+    big = [r.replace(student=f"learner{i:03d}") for i in range(40) for r in rows[i % len(rows):i % len(rows) + 1]]
     figs = report.build_figures(big, [CHAPTER], {CHAPTER: order})
     assert set(figs) == {"chapters", "exercises", "heatmap"}
     try:
@@ -143,10 +142,10 @@ def test_figure_text_is_readable(klass):
                 assert report.MIN_FONT_PT >= 10
                 if key == "heatmap":  # every learner and every cell is labelled
                     ax = fig.axes[0]
-                    assert [t.get_text() for t in ax.get_yticklabels()] == sorted({r["student"] for r in big})
+                    assert [t.get_text() for t in ax.get_yticklabels()] == sorted({r.student for r in big})
                     assert len(ax.get_xticklabels()) == len(order)
                     # a row is at least as tall as a label, so labels do not overlap
-                    learners = len({r["student"] for r in big})
+                    learners = len({r.student for r in big})
                     row_pt = ax.get_window_extent().height / learners * 72 / fig.dpi
                     assert row_pt >= report.MIN_FONT_PT, f"heatmap rows are {row_pt:.1f} pt tall"
     finally:
@@ -178,13 +177,10 @@ def _catalogue_class(course, chapters):
         for i, m in enumerate(load_mistakes(course, chapter)):
             for k in range(i % 3 + 1):
                 student = f"{chapter[:2]}-{m.id}-{k}"
-                cells = {cell: {"score": 0.0 if cell in m.fails else pts, "max_score": pts,
-                                "passed": cell not in m.fails,
-                                "messages": [f"check 2 of 3 failed: {m.symptom} (max abs error {0.1 * (k + 1):.2f})"]
-                                if cell in m.fails else []} for cell, pts in order}
-                rows.append({"student": student, "chapter": chapter, "status": "graded", "reason": "", "flags": [],
-                             "score": sum(c["score"] for c in cells.values()), "max_score": sum(p for _, p in order),
-                             "cells": cells})
+                cells = tuple(CellResult(cell, pts, cell not in m.fails,
+                                         (f"check 2 of 3 failed: {m.symptom} (max abs error {0.1 * (k + 1):.2f})",)
+                                         if cell in m.fails else ()) for cell, pts in order)
+                rows.append(GradingResult(student, chapter, "graded", cells=cells))
                 made.setdefault((chapter, m.symptom.lower()), set()).add(student)
     return rows, made
 
@@ -196,10 +192,9 @@ def test_misconceptions_counted_by_catalogued_symptom(klass):
     # one learner whose failure is not in any catalogue, twice with different numbers: one group of two
     order = report.exercise_order(course, [CHAPTER])[CHAPTER]
     for k, err in enumerate(("0.25", "3.5")):
-        cells = {c: {"score": 0.0, "max_score": p, "passed": False,
-                     "messages": [f"the plot's legend is missing ({err} of the labels)"]} for c, p in order[:1]}
-        rows.append({"student": f"odd-{k}", "chapter": CHAPTER, "status": "graded", "reason": "", "flags": [],
-                     "score": 0.0, "max_score": 1.0, "cells": cells})
+        cells = tuple(CellResult(c, p, False, (f"the plot's legend is missing ({err} of the labels)",))
+                      for c, p in order[:1])
+        rows.append(GradingResult(f"odd-{k}", CHAPTER, "graded", cells=cells))
     groups = report.misconceptions(course, rows)
     catalogued = {(g["chapter"], g["label"].lower()): g for g in groups if g["catalogued"]}
     assert set(catalogued) == set(made), "one group per catalogued symptom, none invented"
@@ -254,9 +249,8 @@ def test_a_blank_is_not_implemented_and_every_count_says_so(tmp_path):
     course = Course()
     order = report.exercise_order(course, [CHAPTER])[CHAPTER]
     reference = _row("reference", "graded", {c for c, _ in order}, order)
-    blank = _row("blank", "graded", set(), order)
-    for cell in blank["cells"].values():
-        cell["messages"] = [NOT_IMPLEMENTED, "scores has the wrong shape: expected (2, 3), got (3, 2)"]
+    blank = _row("blank", "graded", set(), order,
+                 failed=(NOT_IMPLEMENTED, "scores has the wrong shape: expected (2, 3), got (3, 2)"))
     rows = [reference, blank]
     assert any(m.symptom == "shape" for m in load_mistakes(course, CHAPTER)), \
         "the catalogue has the symptom the blank's messages name"

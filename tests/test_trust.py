@@ -26,6 +26,7 @@ from attention_course.checks import Checks
 from attention_course.encoding import MISMATCH, OWN_CLASS, DecodedTensor, decode, make_encoder, validate
 from autograder import intake, trusted
 from autograder.course import Course
+from autograder.results import GradingResult
 
 from .synthetic import write_chapter
 
@@ -166,7 +167,7 @@ def test_feedback_never_quotes_the_learners_process():
               "cells": {"t": {"score": 0, "max_score": 1, "passed": False,
                               "messages": [f"not graded: kernel died (the notebook broke the Python it runs in: "
                                            f"{blob})"]}}}
-    page = trusted.feedback_html(result)
+    page = trusted.feedback_html(GradingResult.of(result))
     assert blob[:12] not in page and "broke the Python it runs in" in page
 
 

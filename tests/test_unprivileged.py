@@ -34,6 +34,7 @@ import pytest
 from autograder import submissions
 from autograder.course import Course
 from autograder.isolation import Engine, Limits
+from autograder.results import GradingResult
 
 from .hostile import run
 from .hostile.cases import CASES, CHAPTER, Ctx
@@ -137,7 +138,7 @@ def test_grade_as_an_ordinary_account_gives_the_root_scores(account, tmp_path):
     assert "isolation: user (rlimits, seccomp)" in done.stdout, done.stdout
     assert "Traceback" not in done.stdout + done.stderr
     with sqlite3.connect(course.grading / "gradebook.db") as db:
-        rows = {s: (status, score, json.loads(cells), iso) for s, status, score, cells, iso in db.execute(
+        rows = {s: (status, score, json.loads(cells)["cells"], iso) for s, status, score, cells, iso in db.execute(
             "select student, status, score, cells, isolation from autograder_result")}
     assert set(rows) == set(notebooks)
     with Engine(course.root, Limits()) as engine:  # the same notebooks at the root level
@@ -146,8 +147,8 @@ def test_grade_as_an_ordinary_account_gives_the_root_scores(account, tmp_path):
             r = engine.grade(CHAPTER, path, student)
             status, score, cells, iso = rows[student]
             assert iso == "user (rlimits, seccomp)"
-            assert (status, score) == (r["status"], r["score"]), student
-            assert {g: c["score"] for g, c in cells.items()} == {g: c["score"] for g, c in r["cells"].items()}, student
+            assert (status, score) == (r.status, r.score), student
+            assert {g: c["score"] for g, c in cells.items()} == {c.grade_id: c.score for c in r.cells}, student
     assert rows["reference"][1] == 27 and rows["blank"][1] == 0
     assert all(rows[m][1] < 27 for m in SAMPLED_MISTAKES)
 
@@ -189,8 +190,9 @@ def _hostile_as(account: Account, level: str, wrapper: str = "", names=None) -> 
     assert left == [], f"processes of the account outlived the grader: {left}"  # e.g. a fork bomb's children
     data = json.loads(out.read_text())
     changed = sorted(k for k in set(before) | set(after) if before.get(k) != after.get(k))
-    return {"results": data["results"], "isolation": data["isolation"], "changed": changed,
-            "server": server.received, "seconds": time.monotonic() - started, "ipc_left": ipc_left}
+    return {"results": {name: GradingResult.from_json(r) for name, r in data["results"].items()},
+            "isolation": data["isolation"], "changed": changed, "server": server.received, "course": course,
+            "seconds": time.monotonic() - started, "ipc_left": ipc_left}
 
 
 @pytest.fixture(scope="module", params=("user", "process"))

@@ -29,6 +29,7 @@ from hypothesis import strategies as st
 from attention_course import kinds, verdicts
 from attention_course.encoding import MAX_ELEMENTS, OWN_CLASS, DecodedTensor, Unsupported, decode, validate
 from autograder import trusted
+from autograder.results import GradingResult
 
 pytestmark = pytest.mark.unit
 
@@ -386,8 +387,8 @@ def _page(secret: bytes, small: bool) -> str:
         records, error = _forge(secret, grade_id, small)
         passed, messages = trusted.decide_cell(_spec(hidden, grade_id), records, error, grade_id)
         cells[grade_id] = {"passed": passed, "messages": messages, "score": 0, "max_score": 1}
-    return trusted.feedback_html({"chapter": "99_demo", "score": 0, "max_score": 2, "status": "graded",
-                                  "reason": "", "flags": [], "cells": cells})
+    return trusted.feedback_html(GradingResult.of({"chapter": "99_demo", "score": 0, "max_score": 2,
+                                                   "status": "graded", "reason": "", "flags": [], "cells": cells}))
 
 
 @SETTINGS

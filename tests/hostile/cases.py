@@ -18,6 +18,7 @@ import nbformat
 from attention_course.cells import grade_id
 from autograder import submissions
 from autograder.course import Course
+from autograder.learner_files import HIDDEN_TESTS_REASON
 
 CHAPTER = "03_scoring_functions"
 FULL = 27.0
@@ -49,10 +50,21 @@ class Ctx:
 
 
 @dataclass(frozen=True)
+class Special:
+    """A submission that is not a regular file, made by run.write_cases where the notebook would be: a symbolic
+    link or a hard link to ``target``, or a FIFO (class 3 of issue 24). ``grade``'s discovery refuses these
+    before any engine sees them (tests/test_malformed_class.py); these cases are what the engine itself does
+    with one, as `grade-one` and every worker receive it."""
+
+    kind: str  # "symlink" | "hardlink" | "fifo"
+    target: Path | None = None
+
+
+@dataclass(frozen=True)
 class Case:
     name: str
     what: str
-    build: Callable[[Ctx], "nbformat.NotebookNode | bytes"]
+    build: Callable[[Ctx], "nbformat.NotebookNode | bytes | Special"]
     status: str
     score: float
     reason: str = ""
@@ -605,6 +617,32 @@ def dot_product_variance(d, num_samples=20000, scaled=False, generator=None):
 """
 
 
+# Every kind of output a front-end renders as active content (issue 24, class 1), and a markdown cell of the
+# learner's own: the engine keeps them as plain text behind a note, the autograded notebook holds none of them.
+ACTIVE_OUTPUTS = r"""
+from IPython.display import HTML, SVG, Javascript, Latex, Markdown, display
+display(HTML('<script>document.title = "ACTIVEMARK html"</script><b>bold</b>'))
+display(Javascript('document.title = "ACTIVEMARK js"'))
+display(SVG('<svg xmlns="http://www.w3.org/2000/svg" onload="document.title=1"><text>ACTIVEMARK svg</text></svg>'))
+display(Markdown('[click](javascript:alert("ACTIVEMARK md"))'))
+display(Latex(r'$\href{javascript:alert(1)}{ACTIVEMARK tex}$'))
+display({"application/vnd.jupyter.widget-view+json": {"model_id": "ACTIVEMARK", "version_major": 2,
+                                                      "version_minor": 0}, "text/plain": "a widget"}, raw=True)
+class _Rich:
+    def _repr_html_(self):
+        return '<img src=x onerror="document.title=1">ACTIVEMARK repr'
+_Rich()
+"""
+ACTIVE_MIMES = ("text/html", "application/javascript", "image/svg+xml", "text/markdown", "text/latex",
+                "application/vnd.jupyter.widget-view+json")
+
+
+def _active_outputs(ctx: Ctx) -> nbformat.NotebookNode:
+    nb = insert_after(reference(ctx), "setup", ACTIVE_OUTPUTS)
+    nb.cells.insert(1, nbformat.v4.new_markdown_cell('<script>document.title = "ACTIVEMARK cell"</script>'))
+    return nb
+
+
 def _hostile_file(ctx: Ctx) -> bytes:
     """The reference with a lone surrogate in a cell's source and metadata nested 600 levels deep."""
     nb = nbformat.from_dict(json.loads(json.dumps(reference(ctx))))
@@ -817,6 +855,22 @@ CASES = [
     Case("empty_answer", "dot_product_variance returns [] where a number is expected: loses the variance points",
          lambda ctx: append(reference(ctx), "dot_product_variance", EMPTY_VARIANCE),
          "graded", FULL - 2, failing=VARIANCE),
+    Case("active_outputs", "the reference, plus HTML, JavaScript, SVG, markdown, LaTeX and widget outputs, an object "
+         "with an HTML repr and a markdown cell with a script: full marks, every such output kept as text behind "
+         "a note, and the autograded notebook formgrader opens holds nothing a front-end renders as active",
+         _active_outputs, "graded", FULL,
+         outputs_contain=tuple(f"[removed by the grader: {m} output, shown as text]" for m in ACTIVE_MIMES),
+         extra={"autograded_inert": "ACTIVEMARK"}),
+    Case("symlink_to_solution", "the notebook is a symbolic link to the course's solution notebook: refused, "
+         "never followed", lambda ctx: Special("symlink", ctx.course.source_notebook(CHAPTER)),
+         "zero", 0.0, reason="not a regular file (a symbolic link): refused"),
+    Case("hardlink_to_solution", "the notebook is a hard link to the course's solution notebook (a regular file): "
+         "it carries the hidden tests, so it is refused before it runs, and flagged",
+         lambda ctx: Special("hardlink", ctx.course.source_notebook(CHAPTER)),
+         "zero", 0.0, reason=HIDDEN_TESTS_REASON, flags=(HIDDEN_TESTS_REASON,)),
+    Case("fifo_submission", "the notebook is a FIFO nobody writes to: refused at once, never read (a read would "
+         "block forever)", lambda ctx: Special("fifo"),
+         "zero", 0.0, reason="not a regular file (a FIFO): refused", max_seconds=10.0),
     Case("warning", "a correct answer that warns and writes to stderr keeps its points",
          lambda ctx: append(reference(ctx), "scaled_dot_product_attention",
                             "import warnings\n_real_sdpa = scaled_dot_product_attention\n"

@@ -7,6 +7,7 @@ already written under COURSE/grading/submitted/hostile/ and writes the results a
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -15,8 +16,9 @@ import nbformat
 from autograder import submissions
 from autograder.course import Course
 from autograder.isolation import Engine, Limits
+from autograder.results import GradingResult
 
-from .cases import CASES, CHAPTER, LIMITS, Ctx
+from .cases import CASES, CHAPTER, LIMITS, Ctx, Special
 
 
 def write_cases(ctx: Ctx, names=None) -> dict[str, Path]:
@@ -30,7 +32,10 @@ def write_cases(ctx: Ctx, names=None) -> dict[str, Path]:
         built = case.build(ctx)
         path = base / case.name / case.file_name
         path.parent.mkdir(parents=True)
-        if isinstance(built, bytes):
+        if isinstance(built, Special):
+            {"symlink": lambda: os.symlink(built.target, path), "hardlink": lambda: os.link(built.target, path),
+             "fifo": lambda: os.mkfifo(path)}[built.kind]()
+        elif isinstance(built, bytes):
             path.write_bytes(built)
         else:  # written as JSON, not nbformat.write: hostile notebooks may be invalid on purpose
             path.write_text(json.dumps(built))
@@ -55,7 +60,7 @@ def sysv_ipc_objects() -> set[tuple[str, str]]:
     return out
 
 
-def grade_cases(engine: Engine, paths: dict[str, Path]) -> dict[str, dict]:
+def grade_cases(engine: Engine, paths: dict[str, Path]) -> dict[str, GradingResult]:
     return {name: engine.grade(CHAPTER, path, name) for name, path in paths.items()}
 
 
@@ -68,7 +73,8 @@ def main(argv: list[str]) -> int:
     with Engine(course.root, Limits(**LIMITS, isolation=level)) as engine:
         engine.profile(CHAPTER)
         results = grade_cases(engine, paths)
-        out.write_text(json.dumps({"isolation": engine.isolation, "results": results}))
+        out.write_text(json.dumps({"isolation": engine.isolation,
+                                   "results": {name: r.to_json() for name, r in results.items()}}))
     return 0
 
 

@@ -1,0 +1,123 @@
+"""A grading result has one owner (autograder/results.py, issue 24): it cannot be changed in place, learner text in
+it is made printable and bounded however it is made, and its wire form (worker pipes, Dask, the gradebook's row)
+is versioned and bounded: a result of another version, an oversized or malformed one is refused with a message
+that says what to do, and a worker's unreadable result is that notebook's grader failure, not a crash."""
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import json
+
+import pytest
+
+from autograder import results
+from autograder.discovery import Task
+from autograder.results import CellResult, GradingResult, Late, ResultFormatError
+
+pytestmark = pytest.mark.unit
+
+ESC = "\x1b]0;owned\x07\x1b[31mred\x1b[0m\r\u202e"
+
+
+def _result(**changes) -> GradingResult:
+    cells = (CellResult("test_a", 2.0, True), CellResult("test_b", 3.0, False, ("expected (2, 3),  got (3, 2)",)))
+    return GradingResult("ada", "03_scoring_functions", "graded", cells=cells, isolation="user (rlimits, seccomp)",
+                         executed_notebook={"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5},
+                         **changes)
+
+
+def test_scores_are_the_sums_of_the_cells_and_a_result_cannot_be_edited():
+    r = _result()
+    assert (r.score, r.max_score) == (2.0, 5.0) and r.cell("test_b").score == 0.0 and r.cell("nope") is None
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        r.status = "zero"
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        r.cells[0].score = 3.0
+    assert CellResult("t", 2.0, False, score=-1.0).score == 0.0 and CellResult("t", 2.0, True, score=9).score == 2.0
+    with pytest.raises(ResultFormatError):
+        GradingResult("ada", "c", "done")  # no such status
+    with pytest.raises(ResultFormatError):
+        GradingResult("ada", "c", cells=(CellResult("t", 1, True), CellResult("t", 1, False)))  # one id twice
+
+
+def test_learner_text_is_printable_and_bounded_however_the_result_is_made():
+    r = GradingResult.unscored("ada", "c", "zero", "kernel died: " + ESC + "x" * 5000, [("t", 1.0)],
+                               flags=["flag " + ESC] * (results.MAX_FLAGS + 5))
+    for text in (r.reason, *r.flags, *r.cells[0].messages):
+        assert not any(ch in text for ch in "\x1b\x07\r\u202e\n"), repr(text[:80])
+    assert len(r.reason) <= results.MAX_REASON_CHARS and r.reason.startswith("kernel died: red")
+    assert len(r.flags) == results.MAX_FLAGS and r.flags[-1] == "... and 6 more flags"
+    # replace() goes through the same checks: no path builds a result that skips them
+    again = r.replace(reason="\x1b[2J" + "y" * 5000, flags=(ESC,))
+    assert again.reason == "y" * (results.MAX_REASON_CHARS - 3) + "..." and again.flags == ("red",)
+    cell = CellResult("t", 1, False, [f"message {i}\x1b[1m" for i in range(500)])
+    assert len(cell.messages) == results.MAX_MESSAGES and "\x1b" not in "".join(cell.messages)
+    # a verdict's own spacing and lines are kept (messages are trusted text; only controls go)
+    assert _result().cell("test_b").messages == ("expected (2, 3),  got (3, 2)",)
+    failed = GradingResult.unscored("ada", "c", "failed", "Traceback\n  File x\nValueError: \x1b[31mboom")
+    assert failed.reason == "Traceback\n  File x\nValueError: boom"
+    assert failed.cells == () and failed.max_score == 0.0
+
+
+def test_the_wire_form_round_trips_and_is_versioned():
+    r = _result(flags=("restored test_a",), timings={"execute": 1.5}, worker="node1", feedback_html="<p>x</p>",
+                graded_at=dt.datetime(2026, 11, 1, 12, 30), key="k2",
+                late=Late(3600.0, 1.0, "1 hour", "10% per hour"))
+    wire = r.to_wire()
+    back = GradingResult.from_json(wire)
+    assert back == r and back.timings == (("execute", 1.5),) and back.late.text == "1 hour"
+    data = json.loads(wire)
+    assert (data["format"], data["version"]) == (results.FORMAT, results.VERSION)
+    assert data["cells"]["test_b"] == {"score": 0.0, "max_score": 3.0, "passed": False,
+                                       "messages": ["expected (2, 3),  got (3, 2)"]}
+    for other in ({**data, "version": 0}, {k: v for k, v in data.items() if k != "format"}):
+        with pytest.raises(ResultFormatError, match="another version of the grader"):
+            GradingResult.from_json(json.dumps(other))
+    for bad in (b"[1, 2]", b'{"format": ', json.dumps({**data, "cells": [1]}).encode(),
+                json.dumps({**data, "status": "perfect"}).encode(),
+                json.dumps({**data, "cells": {"t": {"score": "all", "max_score": 1, "passed": True}}}).encode()):
+        with pytest.raises(ResultFormatError):
+            GradingResult.from_json(bad)
+
+
+def test_an_oversized_result_is_refused_before_it_is_parsed(monkeypatch):
+    r = _result()
+    wire = r.to_wire()
+    monkeypatch.setattr(results, "MAX_WIRE_BYTES", len(wire) + 100)
+    with pytest.raises(ResultFormatError, match="more than"):
+        GradingResult.from_json(wire + b" " * 101)
+    # the sender refuses it too: what a worker sends is a grader failure any reader takes
+    sent = GradingResult.from_json(GradingResult("ada", "c", cells=r.cells, executed_notebook={"x": "y" * len(wire)})
+                                   .to_wire())
+    assert sent.status == "failed" and "MiB a result may take" in sent.reason and sent.score == 0
+
+
+def test_a_workers_unreadable_result_fails_that_notebook_only():
+    from autograder.backends import _received
+
+    task = Task("ada", "03_scoring_functions", "/nowhere")
+    assert _received(task, _result().to_wire()) == _result()
+    for payload in (b"\x00garbage", json.dumps({"student": "ada"}).encode(), None):
+        got = _received(task, payload)
+        assert got.status == "failed" and got.student == "ada" and "could not be read" in got.reason, payload
+
+
+def test_gradebook_rows_of_this_version_and_the_one_before_are_read():
+    """The row keeps the wire form without the notebook; rows recorded before version 1 (a per-cell object in
+    ``cells``) are read through the same checks (see GradingResult.from_row for why they are not refused)."""
+    r = _result(flags=("restored test_a",))
+    when = dt.datetime(2026, 11, 1, 12, 0)
+    row = {**r.to_row(), "key": "k1", "graded_at": when}
+    back = GradingResult.from_row(row, Late(60.0, 0.5))
+    assert back.executed_notebook is None and back.key == "k1" and back.graded_at == when
+    assert (back.cells, back.flags, back.isolation, back.penalty) == (r.cells, r.flags, r.isolation, 0.5)
+    legacy = {"student": "bea", "chapter": "c", "key": "k0", "status": "zero", "reason": "kernel died" + ESC,
+              "flags": json.dumps(["odd " + ESC]), "score": 0.0, "max_score": 3.0, "seconds": 2.0, "isolation": None,
+              "graded_at": when, "cells": json.dumps({"t": {"score": 0.0, "max_score": 3.0, "passed": False,
+                                                            "messages": ["not graded: kernel died"]}})}
+    old = GradingResult.from_row(legacy)
+    assert (old.status, old.score, old.max_score, old.reason, old.flags) == ("zero", 0.0, 3.0, "kernel diedred",
+                                                                              ("odd red",))
+    assert old.cell("t").messages == ("not graded: kernel died",) and old.key == "k0"
+    nothing = GradingResult.from_row({**legacy, "cells": "{}", "max_score": 7.0})
+    assert nothing.cells == () and nothing.max_score == 7.0
