@@ -86,8 +86,17 @@ class Checks:
             from .expected import reference_value
 
             reference = reference_value(current_chapter(), self.cell_id, check_id)
+        like = None
+        if os.environ.get("NBGRADER_EXECUTION") == "autograde":
+            # Stock nbgrader, run where the solutions are: the learner's value must have the form of the
+            # reference's value for this check, as on the trusted side (autograder/trusted.py), so `grade` and
+            # stock nbgrader agree (a 0-d tensor where the reference returns a float fails under both). A
+            # learner's own kernel has no reference: the expected value's form decides there (verdicts.py).
+            from .expected import reference_form
+
+            like = reference_form(current_chapter(), self.cell_id, check_id)
         decoded_params = {k: decode(v) if k == spec.expected else v for k, v in params_enc.items()}
-        verdict = decide(kind, decode(got_enc), decoded_params, reference)
+        verdict = decide(kind, decode(got_enc), decoded_params, reference, like)
         _emit(record, ("✓ " if verdict.passed else "✗ ") + describe)
         if not verdict.passed:
             raise CheckFailed(f"{describe}: {verdict.message}")

@@ -114,8 +114,11 @@ def read_profile(path: Path) -> dict | None:
 
 def reference_table(prof: dict) -> dict:
     """The profile's reference run (the grading seed) as ``{"cell/check": record}``: the reference values that
-    checks decided inside a kernel look up."""
-    return {c["key"]: {"cell": gid, "check": c["check"], "kind": c["kind"], "params": c["params"], "got": c["ref_got"]}
+    checks decided inside a kernel look up. ``form`` says whether the learner's value must have the form of the
+    reference's (every check but those at a self-consistency site, whose expected value is the learner's own:
+    the trusted side's rule, autograder/trusted.py ``decide_cell``)."""
+    return {c["key"]: {"cell": gid, "check": c["check"], "kind": c["kind"], "params": c["params"], "got": c["ref_got"],
+                       "form": c.get("site") not in spec.get("keep_want_sites", [])}
             for gid, spec in prof["cells"].items() for c in spec["checks"]}
 
 
@@ -151,3 +154,16 @@ def reference_value(chapter: str | None, cell_id: str, check_id: str):
     if rec is None:
         raise RuntimeError(f"no reference record for check {cell_id}/{check_id}")
     return decode(rec["got"])
+
+
+def reference_form(chapter: str | None, cell_id: str, check_id: str):
+    """The reference's decoded value for one check, as the form a learner's value must have (see
+    :mod:`.verdicts`, "The form rule"), or None where there is none to hold it to: a kernel without the
+    solutions (a learner's), a self-consistency site, a check the reference run did not record. Stock
+    ``nbgrader autograde`` asks it for every check (:class:`.checks.Checks`), so it refuses what ``grade`` refuses."""
+    try:
+        reference_value(chapter, cell_id, check_id)  # loads the chapter's table, or raises
+    except RuntimeError:
+        return None
+    rec = _loaded[chapter][f"{cell_id}/{check_id}"]
+    return decode(rec["got"]) if rec.get("form", True) else None

@@ -16,8 +16,11 @@ array, the same dtype family (float, int, bool, complex) and exactly the same sh
 empty tensor or a 0-d tensor is never "close" to a number, and ``(1,)`` is not ``()``); a list or tuple has
 the same length and each item the form of the corresponding item. On the trusted side the form is that of
 the reference's own value for the same expression (every check in a reference profile records it; see
-:func:`form_problem` and :func:`.kinds.decide`); in a learner's kernel, which has no reference, it is that of
-the expected value. What legitimately varies, decided from what the course's reference solutions return
+:func:`form_problem` and :func:`.kinds.decide`), and stock ``nbgrader autograde``, run where the solutions
+are, looks the same value up (:func:`.expected.reference_form`), so both refuse the same values; in a learner's own
+kernel, which has no reference, it is that of the expected value, so a 0-d tensor passes ``close(x, 0.5)`` there
+and fails under the grader when the reference returns a Python number (the feedback page then says "expected a
+Python number, got a tensor"). What legitimately varies, decided from what the course's reference solutions return
 (every recorded value of chapters 1-9): a Python ``int`` and ``float`` are one category (counts are ints,
 losses floats, and ``6 == 6.0``); a list and a tuple are one category; a ``Parameter`` is a tensor. A Python
 number as the expected value of a tensor means "every entry equals it" (test authors write

@@ -164,3 +164,44 @@ def test_an_empty_or_mistyped_answer_fails_in_the_learners_kernel_with_a_plain_m
         check.close("tensor", 0.0, torch.zeros(()))
     check.close("count", 6.0, 6)  # a count compares by value
     check.close("zeros", torch.zeros(2, 3), 0.0)  # a number expected of a tensor: every entry
+
+
+def test_stock_nbgrader_holds_a_value_to_the_references_form_as_the_grader_does(monkeypatch):
+    """A reference-vs-learner type rule made `grade` and stock nbgrader disagree: the trusted side holds the value
+    to the form of the reference's own value, a kernel only to the expected value's, so a 0-d tensor where the
+    reference returns a float passed `close(x, 0.5)` under stock nbgrader and failed under `grade`. Under
+    ``nbgrader autograde`` (NBGRADER_EXECUTION=autograde) the kernel now looks the reference's value up too; a
+    learner's own kernel, with no solutions, keeps the expected value's form."""
+    from attention_course import checks, expected
+
+    asked = []
+
+    def reference_form(chapter, cell, check):
+        asked.append((chapter, cell, check))
+        return {"variance": 0.5, "weights": decode(encode(torch.zeros(2, 3)))}.get(check)
+
+    monkeypatch.setattr(expected, "reference_form", reference_form)
+    monkeypatch.setattr(checks, "current_chapter", lambda: "03_scoring_functions")
+    monkeypatch.delenv("ATTENTION_COURSE_GRADING", raising=False)
+    monkeypatch.delenv("NBGRADER_EXECUTION", raising=False)
+    Checks("learner").close("variance", torch.tensor(0.5), 0.5)  # the learner's kernel: no reference to ask
+    assert asked == []
+    monkeypatch.setenv("NBGRADER_EXECUTION", "autograde")
+    check = Checks("stock")
+    with pytest.raises(CheckFailed, match="expected a Python number, got a tensor"):
+        check.close("variance", torch.tensor(0.5), 0.5)
+    check.close("variance-float", 0.5, 0.5)  # no recorded form: the expected value's decides
+    with pytest.raises(CheckFailed, match=r"should have shape \(2, 3\)"):
+        check.close("weights", torch.zeros(3, 2), 0.0)
+    assert [c for _, _, c in asked] == ["variance", "variance-float", "weights"]
+    assert {ch for ch, _, _ in asked} == {"03_scoring_functions"}
+
+
+def test_the_reference_table_holds_no_form_at_a_self_consistency_site():
+    from attention_course.expected import reference_table
+
+    prof = {"cells": {"t": {"keep_want_sites": ["s2"], "checks": [
+        {"key": "t/a", "check": "a", "kind": "close", "params": {}, "ref_got": 1.0, "site": "s1"},
+        {"key": "t/b", "check": "b", "kind": "close", "params": {}, "ref_got": 1.0, "site": "s2"}]}}}
+    table = reference_table(prof)
+    assert (table["t/a"]["form"], table["t/b"]["form"]) == (True, False)
