@@ -512,6 +512,60 @@ EQUIVALENT: dict[str, str] = {
         "masked_fill broadcasts the mask itself: for every mask the docstring allows (bool, broadcastable to "
         "(..., T, T)) the weights and outputs are identical; only a mask that does not broadcast fails "
         "differently (a RuntimeError instead of the ValueError), which the docstring does not promise",
+    # Chapter 9: loop bounds and tile conditions that only add empty blocks, fully masked tiles, or masks with
+    # nothing to hide (tests/test_mutants.py probes every shape relation the docstrings allow).
+    "online_softmax:30:bounds:8b6d393d92":
+        "the second pass's range(0, N + 1, b) adds a start at N only when b divides N: it writes an empty slice, "
+        "a no-op",
+    "tiled_attention:30:bounds:490f6daab0":
+        "range(0, Tq + 1, b) adds a query block at Tq only when b divides Tq: zero rows, written to an empty "
+        "slice of the output and logsumexp, a no-op",
+    "tiled_attention:37:arith:eecc28a0e0":
+        "breaking at k0 > q1 + 1 instead of k0 > q1 - 1 visits up to two more tiles, whose keys all come after "
+        "every query of the block: fully masked, they add exp(-inf) = 0 to the sum and the output and rescale "
+        "by exp(0) = 1 (key 0 was seen first, so every row's max is finite): the same bits",
+    "tiled_attention:37:constant:c2796b0597":
+        "breaking at k0 > q1 instead of k0 > q1 - 1 visits one more tile, whose keys all come after every query "
+        "of the block: fully masked, it adds 0 and rescales by 1 (every row's max is already finite)",
+    "tiled_attention:41:arith:06169c1c54":
+        "the causal mask is also applied to tiles just below the diagonal, where no key comes after its query: "
+        "masked_fill with nothing to fill, a no-op",
+    "tiled_attention:41:compare:6f74186cb1":
+        "the causal mask is also applied to a tile whose last key is the block's first query: no key comes "
+        "after its query there, so masked_fill fills nothing",
+    "tiled_attention:41:constant:9029eadc32":
+        "the causal mask is also applied to a tile whose last key is the block's first query: no key comes "
+        "after its query there, so masked_fill fills nothing",
+    "flash_attention:29:bounds:d1e14503e0":
+        "the backward pass's range(0, Tq + 1, b) adds a query block at Tq only when b divides Tq: zero rows, "
+        "whose contributions to dK and dV are sums over no query (exact zeros) and to dQ an empty slice",
+    "flash_attention:32:bounds:b1d5e4b138":
+        "the backward pass's range(0, Tk + 1, b) adds a key block at Tk only when b divides Tk: zero keys, whose "
+        "contribution to dQ is a sum over no key (exact zeros) and to dK and dV an empty slice",
+    "flash_attention:33:arith:2b97ea97ad":
+        "the backward pass visits up to two more tiles whose keys all come after every query of the block: "
+        "fully masked, their weights exp(-inf - L) are 0, so they add exact zeros to dQ, dK and dV",
+    "flash_attention:33:constant:af1d367486":
+        "the backward pass visits one more tile whose keys all come after every query of the block: fully "
+        "masked, its weights are 0, so it adds exact zeros to dQ, dK and dV",
+    "flash_attention:38:arith:17ef8b969d":
+        "the rebuilt tiles just below the diagonal are masked too, where no key comes after its query: "
+        "masked_fill with nothing to fill, a no-op",
+    "flash_attention:38:compare:6336c8ca39":
+        "a rebuilt tile whose last key is the block's first query is masked too: no key comes after its query "
+        "there, so masked_fill fills nothing",
+    "flash_attention:38:constant:6a7fd58863":
+        "a rebuilt tile whose last key is the block's first query is masked too: no key comes after its query "
+        "there, so masked_fill fills nothing",
+    "kv_cache:51:compare:9133bbc25e":
+        "the causal mask is also built for a single new position (t = 1), whose query sits at the last "
+        "position: no key comes after it, so masked_fill fills nothing",
+    "kv_cache:51:constant:fc2593e602":
+        "the causal mask is also built for a single new position (t = 1), whose query sits at the last "
+        "position: no key comes after it, so masked_fill fills nothing",
+    "generate:23:bounds:05076ac92c":
+        "range(num_new_tokens + 1) never reaches its extra step: the loop breaks after appending the last "
+        "token, at step num_new_tokens - 1",
 }
 
 DEVICE_REASON = ("moves data between devices only: the engine grades on the CPU, where every tensor is on the one "

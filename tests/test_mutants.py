@@ -147,7 +147,7 @@ def test_packing_keeps_mutants_of_one_cell_or_of_cells_that_reach_each_other_apa
 # -- the seeded sample, graded ------------------------------------------------------------------------------
 SEED = 26
 PER_CHAPTER = 2
-# Survivors of chapters 8 and 9 at the first full run (docs/mutants.md lists them as diffs): those chapters'
+# Survivors of chapter 8 at the first full run (docs/mutants.md lists them as diffs; chapter 9's are closed): its
 # hidden tests belong to other work in progress (issue 26 asks for them to be closed there); until then the
 # sample does not draw them. Every other mutant the seed draws must be killed or a documented equivalent.
 OPEN_SURVIVORS = frozenset({
@@ -164,18 +164,6 @@ OPEN_SURVIVORS = frozenset({
     "decoder_block:27:drop:1ec4064e7e",
     "decoder_block:30:drop:b9da3be20d",
     "model:27:arith:c658bb6a04",
-    "online_softmax:16:constant:1ab089d698",
-    "online_softmax:25:bounds:3fa887e772",
-    "tiled_attention:30:bounds:490f6daab0",
-    "tiled_attention:33:constant:47e1a6f247",
-    "tiled_attention:37:arith:eecc28a0e0",
-    "tiled_attention:37:constant:c2796b0597",
-    "tiled_attention:41:arith:06169c1c54",
-    "tiled_attention:41:compare:6f74186cb1",
-    "tiled_attention:41:constant:9029eadc32",
-    "kv_cache:51:compare:9133bbc25e",
-    "kv_cache:51:constant:fc2593e602",
-    "generate:21:bounds:73aa278628",
 })
 
 
@@ -298,6 +286,113 @@ PROBES = {"train_parametric_nw:33:delete:aff9a727b1": ("02_kernel_regression", _
           "masked_softmax:44:constant:d14a9f54ad": ("03_scoring_functions", _probe_masked_softmax),
           "self_attention_loops:35:swap:a146fcf44a": ("04_self_attention", _probe_loops),
           "self_attention_module:31:delete:9461fb0ef9": ("04_self_attention", _probe_self_attention)}
+
+
+# Chapter 9: a loop bound or a tile condition that only adds empty blocks, fully masked tiles or masks with
+# nothing to hide. The probes cover every shape relation the docstrings allow (block sizes that divide the
+# lengths and that do not, a block larger than T, one query or one key, Tq < Tk and Tq > Tk), causal or not.
+def _ch9_cases():
+    import torch
+
+    for lead, Tq, Tk, d, dv in [((), 1, 1, 2, 3), ((1,), 4, 4, 3, 2), ((2,), 8, 8, 4, 4), ((2, 2), 6, 9, 3, 5),
+                                ((1,), 9, 6, 5, 3), ((1,), 12, 4, 2, 2), ((2,), 1, 7, 4, 3), ((1,), 7, 1, 3, 2)]:
+        for b in sorted({1, 2, 3, 4, max(Tq, Tk), max(Tq, Tk) + 2}):
+            for causal in (False, True):
+                for dtype, scale in ((torch.float64, 1.0), (torch.float32, 1.0), (torch.float64, 30.0)):
+                    yield lead, Tq, Tk, d, dv, b, causal, dtype, scale
+
+
+def _probe_online_softmax(ns):
+    import torch
+
+    g = torch.Generator().manual_seed(9)
+    f = ns["online_softmax"]
+    for shape in [(1,), (1, 1), (3, 4), (2, 6), (2, 3, 9), (4, 12)]:
+        N = shape[-1]
+        for b in sorted({1, 2, 3, 4, N, N + 1}):
+            for dtype, scale in ((torch.float64, 1.0), (torch.float32, 3.0), (torch.float64, 300.0)):
+                x = (torch.randn(shape, generator=g, dtype=torch.float64) * scale).to(dtype)
+                yield f(x, b)
+                masked = x.clone()
+                masked[..., : max(1, N // 2)] = float("-inf")  # a masked first block (left padding)
+                masked[..., -1] = 0.0
+                yield f(masked, b)
+                yield f(x - 2000.0, b)  # every score far below 0
+                yield f(torch.zeros(shape, dtype=dtype), b)
+
+
+def _probe_tiled(ns):
+    import torch
+
+    g = torch.Generator().manual_seed(10)
+    for lead, Tq, Tk, d, dv, b, causal, dtype, scale in _ch9_cases():
+        r = lambda *s: (torch.randn(*s, generator=g, dtype=torch.float64) * scale).to(dtype)  # noqa: E731, B023
+        yield ns["tiled_attention"](r(*lead, Tq, d), r(*lead, Tk, d), r(*lead, Tk, dv), block_size=b, causal=causal)
+
+
+def _probe_flash_backward(ns):
+    import torch
+
+    g = torch.Generator().manual_seed(11)
+    for lead, Tq, Tk, d, dv, b, causal, dtype, scale in _ch9_cases():
+        r = lambda *s: (torch.randn(*s, generator=g, dtype=torch.float64) * scale).to(dtype)  # noqa: E731, B023
+        q, k, v = (t.requires_grad_() for t in (r(*lead, Tq, d), r(*lead, Tk, d), r(*lead, Tk, dv)))
+        out = ns["flash_attention"](q, k, v, causal=causal, block_size=b)
+        yield out.detach()
+        yield torch.autograd.grad(out, (q, k, v), r(*lead, Tq, dv))
+
+
+def _probe_decode_step(ns):
+    import torch
+
+    g = torch.Generator().manual_seed(12)
+    for B, H, d, dv, chunks in [(1, 1, 2, 3, (1,)), (1, 2, 3, 3, (1, 1, 1)), (2, 3, 4, 5, (3, 1, 1, 2, 1)),
+                                (2, 1, 4, 2, (1, 4, 1)), (1, 2, 3, 4, (5,))]:
+        for dtype, scale in ((torch.float64, 1.0), (torch.float32, 1.0), (torch.float64, 30.0)):
+            T = sum(chunks)
+            q, k, v = ((torch.randn(B, H, T, f, generator=g, dtype=torch.float64) * scale).to(dtype)
+                       for f in (d, d, dv))
+            cache, P = ns["KVCache"](), 0
+            for t in chunks:
+                yield ns["decode_step"](q[..., P:P + t, :], k[..., P:P + t, :], v[..., P:P + t, :], cache)
+                P += t
+            yield cache.keys, cache.values
+
+
+def _probe_generate(ns):
+    import nbformat
+    import torch
+
+    source = nbformat.read(COURSE.source_notebook("09_efficient_attention"), as_version=4)
+    (toy,) = [c.source for c in source.cells if c.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+              == "setup_toy_decoder"]
+    exec(compile(toy, "09_efficient_attention:setup_toy_decoder", "exec"), ns)  # noqa: S102 - the course's own cell
+    for seed, (V, E, H, B, P, n, dtype) in enumerate([(5, 4, 1, 1, 1, 1, torch.float64), (10, 8, 2, 3, 5, 7, torch.float64),
+                                                       (7, 12, 4, 2, 6, 2, torch.float32), (16, 16, 2, 2, 1, 9, torch.float32)]):
+        torch.manual_seed(seed)
+        model = ns["ToyDecoder"](vocab_size=V, embed_dim=E, num_heads=H).to(dtype)
+        prompt = torch.randint(0, V, (B, P))
+        yield ns["generate"](model, prompt, n)
+        yield model.project_lengths
+
+
+CHAPTER_9_PROBES = {
+    "online_softmax:30:bounds:8b6d393d92": ("09_efficient_attention", _probe_online_softmax),
+    **{m: ("09_efficient_attention", _probe_tiled) for m in (
+        "tiled_attention:30:bounds:490f6daab0", "tiled_attention:37:arith:eecc28a0e0",
+        "tiled_attention:37:constant:c2796b0597", "tiled_attention:41:arith:06169c1c54",
+        "tiled_attention:41:compare:6f74186cb1", "tiled_attention:41:constant:9029eadc32")},
+    **{m: ("09_efficient_attention", _probe_flash_backward) for m in (
+        "flash_attention:29:bounds:d1e14503e0", "flash_attention:32:bounds:b1d5e4b138",
+        "flash_attention:33:arith:2b97ea97ad", "flash_attention:33:constant:af1d367486",
+        "flash_attention:38:arith:17ef8b969d", "flash_attention:38:compare:6336c8ca39",
+        "flash_attention:38:constant:6a7fd58863")},
+    "kv_cache:51:compare:9133bbc25e": ("09_efficient_attention", _probe_decode_step),
+    "kv_cache:51:constant:fc2593e602": ("09_efficient_attention", _probe_decode_step),
+    "generate:23:bounds:05076ac92c": ("09_efficient_attention", _probe_generate),
+}
+PROBES.update(CHAPTER_9_PROBES)
+
 
 
 @pytest.mark.unit
