@@ -496,12 +496,6 @@ def generate(course: Course, chapter: str) -> list[Mutant]:
 # outputs (bit for bit) on a wide set of inputs with every edge case the docstring allows. An id names the
 # cell's code, so an entry lapses (and its mutant is graded again) when the cell changes.
 EQUIVALENT: dict[str, str] = {
-    "train_parametric_nw:33:delete:aff9a727b1":
-        "only the progress bar's label: nothing returned or stored depends on it",
-    "train_parametric_nw:19:arith:81c6433198":
-        "row i lists i-1, i-2, ... instead of i+1, i+2, ... (mod n): the same n-1 other points in another order, "
-        "and attention pooling is a sum over them, so the losses and the learned w agree up to the rounding of "
-        "that sum's order (checked to 1e-12 in float64)",
     "masked_softmax:44:constant:d14a9f54ad":
         "the divisor is max(total, 1) either way: a row with a key to attend holds exp(0) = 1 for its largest "
         "score, so its total is 0 (empty row) or at least 1, and where it is exactly 1 both divide by 1",

@@ -205,27 +205,6 @@ def _same(a, b, rtol: float = 0.0) -> bool:
     return type(a) is type(b) and a == b
 
 
-def _probe_train(ns):
-    import torch
-
-    g = torch.Generator().manual_seed(0)
-    for n, dtype, progress in [(2, torch.float64, False), (7, torch.float32, True), (40, torch.float64, True)]:
-        x = torch.rand(n, generator=g, dtype=dtype) * 5
-        y = torch.sin(x) + 0.1 * torch.randn(n, generator=g, dtype=dtype)
-        yield ns["train_parametric_nw"](x, y, num_epochs=12, progress=progress)
-
-
-def _probe_train_float64(ns):
-    import torch
-
-    g = torch.Generator().manual_seed(5)
-    for n in (2, 3, 8, 40):
-        x = torch.rand(n, generator=g, dtype=torch.float64) * 5
-        y = torch.sin(x) + 0.1 * torch.randn(n, generator=g, dtype=torch.float64)
-        yield ns["train_parametric_nw"](x, y, num_epochs=12, progress=False)
-        yield ns["train_parametric_nw"](x, y, num_epochs=3, init_w=0.2, progress=False)
-
-
 def _probe_masked_softmax(ns):
     import torch
 
@@ -281,9 +260,7 @@ def _probe_self_attention(ns):
                 yield layer(x, torch.ones(mask_shape, dtype=torch.bool))
 
 
-PROBES = {"train_parametric_nw:33:delete:aff9a727b1": ("02_kernel_regression", _probe_train),
-          "train_parametric_nw:19:arith:81c6433198": ("02_kernel_regression", _probe_train_float64, 1e-12),
-          "masked_softmax:44:constant:d14a9f54ad": ("03_scoring_functions", _probe_masked_softmax),
+PROBES = {"masked_softmax:44:constant:d14a9f54ad": ("03_scoring_functions", _probe_masked_softmax),
           "self_attention_loops:35:swap:a146fcf44a": ("04_self_attention", _probe_loops),
           "self_attention_module:31:delete:9461fb0ef9": ("04_self_attention", _probe_self_attention)}
 
