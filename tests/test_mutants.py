@@ -371,6 +371,25 @@ CHAPTER_9_PROBES = {
 PROBES.update(CHAPTER_9_PROBES)
 
 
+@pytest.mark.unit
+@pytest.mark.parametrize("equivalent,killed", [
+    ("online_softmax:30:bounds:8b6d393d92", "online_softmax:17:constant:886be31401"),  # running max started at 0
+    ("tiled_attention:37:arith:eecc28a0e0", "tiled_attention:37:compare:6bfbbc1114"),  # the diagonal tile skipped
+    ("flash_attention:33:arith:2b97ea97ad", "flash_attention:33:compare:09ff6e4c68"),  # the same, in backward
+    ("kv_cache:51:compare:9133bbc25e", "kv_cache:54:compare:21bde98501"),  # a position hidden from itself
+    ("generate:23:bounds:05076ac92c", "generate:29:arith:1381958b3b"),  # new tokens at the wrong positions
+])
+def test_chapter_9_probes_tell_a_real_slip_from_the_reference(equivalent, killed):
+    """Each chapter-9 probe can fail: it sees a mutant of the same function that the engine kills."""
+    chapter, probe = CHAPTER_9_PROBES[equivalent]
+    (m,) = [m for m in mutants.generate(COURSE, chapter) if m.id == killed]
+    reference = list(probe(mutants.namespace(COURSE, chapter)))
+    try:
+        mutated = list(probe(mutants.namespace(COURSE, chapter, {m.cell: m.source})))
+    except (IndexError, RuntimeError):  # the slip crashes on a probe: a difference the probe saw
+        return
+    assert len(reference) != len(mutated) or any(not _same(a, b) for a, b in zip(reference, mutated))
+
 
 @pytest.mark.unit
 def test_every_documented_equivalent_has_a_probe():
