@@ -1,7 +1,7 @@
 """The isolated engine with a stopwatch: ``AUTOGRADER_ENGINE=benchmarks.timed_engine`` (benchmarks only).
 
 It grades exactly as :class:`autograder.isolation.Engine` (a subclass that only times) and adds
-``result["timings"]``, seconds per stage of that notebook, which ``python -m autograder grade`` sums into
+``result.timings``, seconds per stage of that notebook, which ``python -m autograder grade`` sums into
 its ``--stats`` JSON:
 
 - ``read + repair``: reading the submission and rebuilding its structure from the source;
@@ -55,7 +55,7 @@ class Engine(isolation.Engine):
             _clock["cell execution"] = _clock.get("cell execution", 0.0) + executing
         return report
 
-    def grade(self, chapter, submission, student) -> dict:
+    def grade(self, chapter, submission, student):
         global _clock
         self.profile(chapter)  # cached after the first call; not part of a notebook's cost
         _clock = {}
@@ -66,5 +66,4 @@ class Engine(isolation.Engine):
             clock, _clock = _clock, None
         total = time.perf_counter() - t0
         clock["engine other"] = max(0.0, total - sum(clock.values()))
-        result["timings"] = {k: round(v, 4) for k, v in clock.items()}
-        return result
+        return result.replace(timings={k: round(v, 4) for k, v in clock.items()})  # a GradingResult is frozen
