@@ -184,6 +184,7 @@ def assert_contained(batch: dict, case) -> None:
     assert batch["server"] == [], f"the loopback server was reached: {batch['server']}"
     assert batch["ipc_left"] == [], f"System V IPC objects left on the host: {batch['ipc_left']}"
     r = results[case.name]
+    assert r.student == (case.student or case.name)  # a learner's id is data: kept as it is, never rewritten
     assert r.status == case.status, (r.status, r.reason, _outputs_text(r)[-3000:])
     assert r.reason == case.reason
     assert r.score == case.score, {c.grade_id: c.messages for c in r.cells if not c.passed}
@@ -212,6 +213,32 @@ def assert_contained(batch: dict, case) -> None:
         nbformat.validate(nbformat.from_dict(r.executed_notebook))
     if "autograded_inert" in case.extra:
         assert_autograded_inert(batch["course"], r, case.extra["autograded_inert"])
+    if case.extra.get("class_report"):
+        assert_class_report_draws(batch["course"], r, results["__after__"])
+
+
+def assert_class_report_draws(course: Course, r: GradingResult, other: GradingResult) -> None:
+    """The class report over this learner and another: the heatmap labels every learner with the id as plain text
+    (matplotlib parsed `$...$` as mathtext and the whole report failed before issue 24), nothing of the id becomes
+    markup in the page, and its CSV cell is no formula."""
+    from bs4 import BeautifulSoup
+
+    from autograder import export, report
+
+    chapter = {CHAPTER: report.exercise_order(course, [CHAPTER])[CHAPTER]}
+    flagged = r.replace(flags=(f"look at {r.student}",))  # so the page lists the id (the flagged table)
+    soup = BeautifulSoup(report.render(course, [flagged, other]), "html.parser")
+    assert not soup.find("b") and r.student in soup.get_text()
+    import matplotlib.pyplot as plt
+
+    try:
+        heatmap = report.build_figures([r, other], [CHAPTER], chapter)["heatmap"][0]
+        heatmap.canvas.draw()
+        labels = heatmap.axes[0].get_yticklabels()
+        assert r.student in [t.get_text() for t in labels] and not any(t._parse_math for t in labels)
+    finally:
+        plt.close("all")
+    assert export.safe_cell(r.student) == "'" + r.student
 
 
 INERT_MIMES = {"text/plain", "image/png", "image/jpeg", RECORD_MIME}  # what safe_output keeps (none renders active)

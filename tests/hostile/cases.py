@@ -75,6 +75,7 @@ class Case:
     outputs_lack: tuple[str, ...] = ()
     max_seconds: float = 30.0
     extra: dict = field(default_factory=dict)
+    student: str = ""  # the id the notebook is graded under (a folder name the learner chose); "": the case's name
 
 
 # -- building blocks --------------------------------------------------------------------------------------
@@ -637,6 +638,11 @@ ACTIVE_MIMES = ("text/html", "application/javascript", "image/svg+xml", "text/ma
                 "application/vnd.jupyter.widget-view+json")
 
 
+# A folder name as `grade`'s discovery passes it on (learner_files.student_id keeps it: it is printable): matplotlib
+# parsed `$...$` as mathtext and `grade` crashed in the class report; a CSV cell starting with `=` is a formula.
+HOSTILE_ID = "=cmd|' -C calc'!A0 $\\alpha$ <b>id</b>"
+
+
 def _active_outputs(ctx: Ctx) -> nbformat.NotebookNode:
     nb = insert_after(reference(ctx), "setup", ACTIVE_OUTPUTS)
     nb.cells.insert(1, nbformat.v4.new_markdown_cell('<script>document.title = "ACTIVEMARK cell"</script>'))
@@ -861,6 +867,10 @@ CASES = [
          _active_outputs, "graded", FULL,
          outputs_contain=tuple(f"[removed by the grader: {m} output, shown as text]" for m in ACTIVE_MIMES),
          extra={"autograded_inert": "ACTIVEMARK"}),
+    Case("hostile_student_id", "the reference graded under a student id a learner chose as their folder name "
+         "(issue 24, class 2): mathtext, a spreadsheet formula and markup: full marks under exactly that id, and the "
+         "class report over the batch draws it as text and escapes it", reference, "graded", FULL,
+         student=HOSTILE_ID, extra={"class_report": True}),
     Case("symlink_to_solution", "the notebook is a symbolic link to the course's solution notebook: refused, "
          "never followed", lambda ctx: Special("symlink", ctx.course.source_notebook(CHAPTER)),
          "zero", 0.0, reason="not a regular file (a symbolic link): refused"),
