@@ -94,7 +94,7 @@ class Checks:
             # learner's own kernel has no reference: the expected value's form decides there (verdicts.py).
             from .expected import reference_form
 
-            like = reference_form(current_chapter(), self.cell_id, check_id)
+            like = reference_form(current_chapter(), self.cell_id, check_id, kind)
         decoded_params = {k: decode(v) if k == spec.expected else v for k, v in params_enc.items()}
         verdict = decide(kind, decode(got_enc), decoded_params, reference, like)
         _emit(record, ("✓ " if verdict.passed else "✗ ") + describe)

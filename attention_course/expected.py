@@ -156,14 +156,18 @@ def reference_value(chapter: str | None, cell_id: str, check_id: str):
     return decode(rec["got"])
 
 
-def reference_form(chapter: str | None, cell_id: str, check_id: str):
-    """The reference's decoded value for one check, as the form a learner's value must have (see
+def reference_form(chapter: str | None, cell_id: str, check_id: str, kind: str | None = None):
+    """The reference's decoded value for one check of ``kind``, as the form a learner's value must have (see
     :mod:`.verdicts`, "The form rule"), or None where there is none to hold it to: a kernel without the
-    solutions (a learner's), a self-consistency site, a check the reference run did not record. Stock
-    ``nbgrader autograde`` asks it for every check (:class:`.checks.Checks`), so it refuses what ``grade`` refuses."""
+    solutions (a learner's), a self-consistency site, a check the reference run did not record, or one the
+    reference recorded as another kind (the grader rewrites ``true(f(x) == 3)`` to ``equals(f(x))``, so the profile
+    holds the number where stock nbgrader's unrewritten cell checks a bool). Stock ``nbgrader autograde`` asks it
+    for every check (:class:`.checks.Checks`), so it refuses what ``grade`` refuses."""
     try:
         reference_value(chapter, cell_id, check_id)  # loads the chapter's table, or raises
     except RuntimeError:
         return None
     rec = _loaded[chapter][f"{cell_id}/{check_id}"]
-    return decode(rec["got"]) if rec.get("form", True) else None
+    if not rec.get("form", True) or (kind is not None and rec.get("kind") != kind):
+        return None
+    return decode(rec["got"])

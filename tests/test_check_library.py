@@ -176,8 +176,9 @@ def test_stock_nbgrader_holds_a_value_to_the_references_form_as_the_grader_does(
 
     asked = []
 
-    def reference_form(chapter, cell, check):
+    def reference_form(chapter, cell, check, kind):
         asked.append((chapter, cell, check))
+        assert kind == "close"
         return {"variance": 0.5, "weights": decode(encode(torch.zeros(2, 3)))}.get(check)
 
     monkeypatch.setattr(expected, "reference_form", reference_form)
@@ -205,3 +206,22 @@ def test_the_reference_table_holds_no_form_at_a_self_consistency_site():
         {"key": "t/b", "check": "b", "kind": "close", "params": {}, "ref_got": 1.0, "site": "s2"}]}}}
     table = reference_table(prof)
     assert (table["t/a"]["form"], table["t/b"]["form"]) == (True, False)
+
+
+def test_a_check_the_grader_rewrote_to_another_kind_has_no_form_under_stock_nbgrader(monkeypatch):
+    """The grader rewrites ``check.true(id, f(x) == 3)`` to ``equals(id, f(x))``, so the profile records the number
+    f(x); stock nbgrader runs the cell as written and checks a bool, which that number's form would refuse (it
+    failed two references, chapters 1 and 6, until this rule)."""
+    from attention_course import expected
+
+    table = {"t/count": {"kind": "equals", "got": encode(3), "form": True},
+             "t/weights": {"kind": "close", "got": encode(torch.zeros(2)), "form": True},
+             "t/own": {"kind": "close", "got": encode(1.0), "form": False}}
+    monkeypatch.setitem(expected._loaded, "99_demo", table)
+    assert expected.reference_form("99_demo", "t", "count", "true") is None
+    assert expected.reference_form("99_demo", "t", "count", "equals") == 3
+    assert expected.reference_form("99_demo", "t", "weights", "close").shape == (2,)
+    assert expected.reference_form("99_demo", "t", "own", "close") is None  # a self-consistency site
+    monkeypatch.setenv("NBGRADER_EXECUTION", "autograde")
+    monkeypatch.setattr("attention_course.checks.current_chapter", lambda: "99_demo")
+    Checks("t").true("count", 3 == 3)  # the reference's own cell, unrewritten, passes under stock nbgrader
