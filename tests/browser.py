@@ -100,5 +100,23 @@ class Page:
             time.sleep(0.25)
         raise TimeoutError(f"{url} did not settle within {timeout} s")
 
+    def set_window(self, width: int, height: int):
+        """Lay the page out as in a desktop window of ``width`` x ``height`` CSS pixels (device scale 1)."""
+        self._send("Emulation.setDeviceMetricsOverride", width=width, height=height, deviceScaleFactor=1,
+                   mobile=False)
+        self.evaluate("new Promise(done => setTimeout(() => done(true), 300))")  # let the layout settle
+
+    def screenshot(self, path, clip: dict | None = None):
+        """Save a PNG of the page: the region ``clip`` ({x, y, width, height} in page coordinates, inside the
+        window: scroll it into view first) or else the window. (Capturing beyond the window makes Chromium lay
+        the page out again at the page's full height, and the region then no longer holds what was measured.)"""
+        import base64
+
+        params = {"format": "png", "captureBeyondViewport": False}
+        if clip is not None:
+            params["clip"] = {**clip, "scale": 1}
+        data = self._send("Page.captureScreenshot", **params)["data"]
+        Path(path).write_bytes(base64.b64decode(data))
+
     def close(self):
         self._ws.close()

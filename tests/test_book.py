@@ -3,11 +3,15 @@ figures load, downloads are offered, and the console stays clean. Everything is 
 from __future__ import annotations
 
 import functools
+import hashlib
 import re
 import http.server
+import shutil
 import subprocess
 import sys
+import tempfile
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -24,17 +28,44 @@ MATH_DONE = ("(window.MathJax && MathJax.startup && MathJax.startup.promise ? "
              "MathJax.startup.promise.then(() => true) : false)")
 
 
-@pytest.fixture(scope="module")
-def book(tmp_path_factory):
-    out = tmp_path_factory.mktemp("book")
+# What the built book is made of: a build is reused only while none of these has changed.
+BOOK_SOURCES = ("_config.yml", "_toc.yml", "index.md", "chapters", "assets", "book_static")
+
+
+def build_book() -> Path:
+    """The book built with -W (warnings are errors), its html folder. One build per content: the build lives in
+    the temporary folder under a hash of BOOK_SOURCES, so this file and tests/test_book_walk.py (and a rerun with
+    nothing changed) share it; a build that fails leaves nothing behind to reuse."""
+    digest = hashlib.sha256()
+    for name in BOOK_SOURCES:
+        for path in sorted(p for p in [ROOT / name, *(ROOT / name).rglob("*")] if p.is_file()):
+            digest.update(path.relative_to(ROOT).as_posix().encode() + b"\0" + path.read_bytes())
+    cache = Path(tempfile.gettempdir()) / f"attention-book-{digest.hexdigest()[:16]}"
+    html = cache / "_build" / "html"
+    if (html / "index.html").is_file():
+        return html
+    for stale in Path(tempfile.gettempdir()).glob("attention-book-*"):  # earlier contents' builds, not one in use
+        if time.time() - stale.stat().st_mtime > 3600:
+            shutil.rmtree(stale, ignore_errors=True)
+    work = Path(tempfile.mkdtemp(prefix="attention-book-building-"))
     jb = Path(sys.executable).parent / "jupyter-book"
-    done = subprocess.run([str(jb), "build", str(ROOT), "--path-output", str(out), "-W", "--keep-going"],
+    done = subprocess.run([str(jb), "build", str(ROOT), "--path-output", str(work), "-W", "--keep-going"],
                           capture_output=True, text=True, timeout=900)
     problems = [l for l in (done.stdout + done.stderr).splitlines() if "WARNING" in l or "ERROR" in l]
+    if done.returncode != 0:
+        shutil.rmtree(work, ignore_errors=True)
     assert done.returncode == 0, "the book does not build with -W:\n" + "\n".join(problems or [done.stdout[-3000:]])
-    html = out / "_build" / "html"
-    assert (html / "index.html").is_file()
+    assert (work / "_build" / "html" / "index.html").is_file()
+    try:
+        work.rename(cache)
+    except OSError:  # another run finished the same build first
+        shutil.rmtree(work, ignore_errors=True)
     return html
+
+
+@pytest.fixture(scope="module")
+def book():
+    return build_book()
 
 
 @pytest.fixture(scope="module")
