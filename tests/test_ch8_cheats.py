@@ -22,10 +22,10 @@ pytestmark = pytest.mark.sandbox
 
 CHAPTER = "08_transformer"
 
-# A model with no attention at all: it writes the reversed source into its logits, so it "reverses" every
-# held-out sequence without training, never reads a later target token and ignores padding in the property
-# checks. Its blocks exist only to satisfy attribute checks.
-REVERSER = '''
+# A model with no attention at all: it writes the source into its logits, so it "copies" every held-out
+# sequence (digits and EOS) without training, never reads a later target token and ignores padding in the
+# property checks. Its blocks exist only to satisfy attribute checks.
+COPIER = '''
 class Seq2SeqTransformer(nn.Module):
     def __init__(self, vocab_size, d_model=32, num_heads=2, d_ff=64, num_layers=1, max_len=32, norm_first=True):
         super().__init__()
@@ -46,7 +46,7 @@ class Seq2SeqTransformer(nn.Module):
         return self.embed(src)
 
     def decode(self, tgt, memory, memory_key_padding_mask=None):
-        answer = memory.flip(-2)  # target position t copies source position T - 1 - t
+        answer = memory  # target position t copies source position t
         Tt, Ts = tgt.shape[-1], answer.shape[-2]
         if Tt > Ts:
             answer = torch.cat([answer, answer[:, :1].expand(-1, Tt - Ts, -1)], dim=1)
@@ -121,14 +121,14 @@ def greedy_decode(model, src, num_tokens, bos_id=BOS, src_key_padding_mask=None)
 
 # train_transformer that trains correctly but reports a loss history it made up.
 FABRICATED_HISTORY = '''
-def train_transformer(model, sample_batch, num_steps, lr=5e-3, progress=True):
+def train_transformer(model, sample_batch, num_steps, lr=5e-3, pad_id=PAD, progress=True):
     model_device = next(model.parameters()).device
     optimizer = torch.optim.Adam(model.parameters(), lr=lr)
     model.train()
     for _ in range(num_steps):
         src, tgt_in, tgt_out = (t.to(model_device) for t in sample_batch())
-        logits = model(src, tgt_in)
-        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tgt_out.reshape(-1))
+        logits = model(src, tgt_in, src_key_padding_mask=src != pad_id)
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tgt_out.reshape(-1), ignore_index=pad_id)
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
@@ -137,7 +137,7 @@ def train_transformer(model, sample_batch, num_steps, lr=5e-3, progress=True):
 
 CHEATS = {
     # replaced solution cells (grade_id -> new source; "+" appends), cells that must score 0
-    "no-attention-reverser-all-true": ({"model": REVERSER, "+attention": ALL_TRUE},
+    "no-attention-copier-all-true": ({"model": COPIER, "+causal_mask": ALL_TRUE},
                                        ["test_model_visible", "test_model_hidden", "test_train_hidden"]),
     "depends-guesser-and-fake-recheck": ({"depends_on_future": GUESSER, "greedy_decode": FAKE_RECHECK},
                                          ["test_depends_hidden", "test_greedy_visible", "test_greedy_hidden"]),
@@ -184,5 +184,5 @@ def _uses_cheated(test_gid: str, cheat: str) -> bool:
              "greedy_decode": {"test_train_hidden"},
              "model": {"test_greedy_visible", "test_greedy_hidden", "test_train_visible"},
              "train_transformer": set(),
-             "+attention": set()}
+             "+causal_mask": set()}
     return any(test_gid in calls[key] for key in CHEATS[cheat][0])
