@@ -560,6 +560,26 @@ EQUIVALENT: dict[str, str] = {
     "generate:23:bounds:05076ac92c":
         "range(num_new_tokens + 1) never reaches its extra step: the loop breaks after appending the last "
         "token, at step num_new_tokens - 1",
+    # Chapter 8: depends_on_future's random projection, its loop over the last position and its copy of x; the
+    # progress bar's label of train_transformer (tests/test_mutants.py probes them).
+    "depends_on_future:13:drop:dfd648d0ff":
+        "x copied without detach: for an x that does not require grad detach changes nothing, and for one that "
+        "does the clone still requires grad and the gradients are taken with respect to that clone, so the same "
+        "entries are nonzero; x itself is not changed either way",
+    "depends_on_future:19:constant:98efdd69f6":
+        "another seed for the random projection: the exercise allows any fixed random numbers, and with any of "
+        "them a cancellation to exactly zero has probability zero, so the same bool comes back",
+    "depends_on_future:20:bounds:26667dcdd0":
+        "the loop also visits the last output position, which has no later input row: its slice of the "
+        "gradient (rows after T - 1) is empty and can find nothing",
+    "depends_on_future:20:constant:662221aed7":
+        "range(T - 0): the loop also visits the last output position, whose slice of later gradient rows is "
+        "empty and can find nothing",
+    "depends_on_future:21:arith:8c0b0f6cc0":
+        "each output row divided by the random numbers instead of multiplied: 1/probe is as random and as "
+        "nonzero as probe, so exactly the same gradient entries are zero",
+    "train_transformer:26:delete:aef4b1d6b7":
+        "only the progress bar's label: nothing returned or stored depends on it",
 }
 
 DEVICE_REASON = ("moves data between devices only: the engine grades on the CPU, where every tensor is on the one "
