@@ -41,7 +41,8 @@ FILE_SECONDS = {"test_chapters.py": 509, "test_release.py": 218, "test_isolation
                 "test_kit.py": 400, "test_deadlines.py": 200, "test_mutants.py": 150, "test_formgrader.py": 120,
                 "test_malformed_class.py": 120, "test_ch8_cheats.py": 120, "test_ch9_cheats.py": 60,
                 "test_selfcheck.py": 90,
-                "test_active_content.py": 60, "test_points_lint.py": 30, "test_similarity.py": 30}
+                "test_active_content.py": 60, "test_points_lint.py": 30, "test_similarity.py": 30,
+                "test_book_walk.py": 60}
 
 
 @pytest.hookimpl(tryfirst=True)  # before -m deselects, so every collected test is checked

@@ -8,14 +8,11 @@ These are cheats, not slips, so they live here and not in solutions/08_transform
 """
 from __future__ import annotations
 
-import copy
-
 import pytest
 
-from attention_course.cells import grade_id, is_solution
 from autograder import submissions
-from autograder.course import Course
 
+from .cheats import cheat_notebook
 from .conftest import course_with_engine
 
 pytestmark = pytest.mark.sandbox
@@ -146,15 +143,6 @@ CHEATS = {
 }
 
 
-def cheat_notebook(course: Course, cells: dict[str, str]):
-    nb = copy.deepcopy(submissions.reference(course, CHAPTER))
-    for key, code in cells.items():
-        gid = key.lstrip("+")
-        (cell,) = [c for c in nb.cells if is_solution(c) and grade_id(c) == gid]
-        cell.source = cell.source + "\n" + code if key.startswith("+") else code
-    return nb
-
-
 @pytest.fixture(scope="module")
 def engine(tmp_path_factory):
     with course_with_engine(tmp_path_factory) as course_and_engine:
@@ -166,7 +154,7 @@ def engine(tmp_path_factory):
 def test_cheat_loses_the_points_it_targets(engine, cheat):
     course, eng = engine
     cells, targeted = CHEATS[cheat]
-    path = submissions.write_submission(course, f"cheat-{cheat}", CHAPTER, cheat_notebook(course, cells))
+    path = submissions.write_submission(course, f"cheat-{cheat}", CHAPTER, cheat_notebook(course, CHAPTER, cells))
     result = eng.grade(CHAPTER, path, f"cheat-{cheat}")
     assert result["status"] == "graded", result["reason"]
     scores = {gid: (c["score"], c["max_score"]) for gid, c in result["cells"].items()}

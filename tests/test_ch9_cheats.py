@@ -10,14 +10,11 @@ cells it targets, not exact scores.
 """
 from __future__ import annotations
 
-import copy
-
 import pytest
 
-from attention_course.cells import grade_id, is_solution
 from autograder import submissions
-from autograder.course import Course
 
+from .cheats import cheat_notebook
 from .conftest import course_with_engine
 
 pytestmark = pytest.mark.sandbox
@@ -70,17 +67,9 @@ def tiled_attention(queries, keys, values, block_size=64, causal=False):
 '''
 
 CHEATS = {
-    # appended to solution cells (grade_id -> code), cells that must lose points
-    "meter-off-naive-when-large": ({"tiled_attention": METER_OFF_NAIVE_WHEN_LARGE}, ["test_tiled_memory_hidden"]),
+    # code appended to solution cells ("+grade_id" -> code), cells that must lose points
+    "meter-off-naive-when-large": ({"+tiled_attention": METER_OFF_NAIVE_WHEN_LARGE}, ["test_tiled_memory_hidden"]),
 }
-
-
-def cheat_notebook(course: Course, cells: dict[str, str]):
-    nb = copy.deepcopy(submissions.reference(course, CHAPTER))
-    for gid, code in cells.items():
-        (cell,) = [c for c in nb.cells if is_solution(c) and grade_id(c) == gid]
-        cell.source = cell.source + "\n" + code
-    return nb
 
 
 @pytest.fixture(scope="module")
@@ -94,7 +83,7 @@ def engine(tmp_path_factory):
 def test_cheat_loses_the_points_it_targets(engine, cheat):
     course, eng = engine
     cells, targeted = CHEATS[cheat]
-    path = submissions.write_submission(course, f"cheat-{cheat}", CHAPTER, cheat_notebook(course, cells))
+    path = submissions.write_submission(course, f"cheat-{cheat}", CHAPTER, cheat_notebook(course, CHAPTER, cells))
     result = eng.grade(CHAPTER, path, f"cheat-{cheat}")
     assert result.status == "graded", result.reason
     kept = {gid: result.cell(gid).score for gid in targeted if result.cell(gid).score > 0}
@@ -125,7 +114,7 @@ def test_fused_attention_under_a_runtime_name_loses_the_memory_points(engine):
     TRUST.md's limit is to be removed."""
     course, eng = engine
     path = submissions.write_submission(course, "cheat-fused", CHAPTER,
-                                        cheat_notebook(course, {"tiled_attention": FUSED_UNDER_A_RUNTIME_NAME}))
+                                        cheat_notebook(course, CHAPTER, {"+tiled_attention": FUSED_UNDER_A_RUNTIME_NAME}))
     result = eng.grade(CHAPTER, path, "cheat-fused")
     if result.status != "graded" or result.cell("test_tiled_memory_hidden") is None:  # not the expected failure
         pytest.fail(f"the cheat was not graded: {result.status} {result.reason}")
