@@ -22,3 +22,10 @@ def cheat_notebook(course: Course, chapter: str, cells: dict[str, str]):
         (cell,) = [c for c in nb.cells if is_solution(c) and grade_id(c) == gid]
         cell.source = cell.source + "\n" + code if key.startswith("+") else code
     return nb
+
+
+def grade_cheat(course: Course, engine, chapter: str, name: str, cells: dict[str, str]):
+    """Write the cheat's notebook as learner ``cheat-<name>`` and grade it with the isolated ``engine``."""
+    student = f"cheat-{name}"
+    path = submissions.write_submission(course, student, chapter, cheat_notebook(course, chapter, cells))
+    return engine.grade(chapter, path, student)

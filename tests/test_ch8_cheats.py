@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from autograder import submissions
-
-from .cheats import cheat_notebook
+from .cheats import grade_cheat
 from .conftest import course_with_engine
 
 pytestmark = pytest.mark.sandbox
@@ -154,10 +152,9 @@ def engine(tmp_path_factory):
 def test_cheat_loses_the_points_it_targets(engine, cheat):
     course, eng = engine
     cells, targeted = CHEATS[cheat]
-    path = submissions.write_submission(course, f"cheat-{cheat}", CHAPTER, cheat_notebook(course, CHAPTER, cells))
-    result = eng.grade(CHAPTER, path, f"cheat-{cheat}")
-    assert result["status"] == "graded", result["reason"]
-    scores = {gid: (c["score"], c["max_score"]) for gid, c in result["cells"].items()}
+    result = grade_cheat(course, eng, CHAPTER, cheat, cells)
+    assert result.status == "graded", result.reason
+    scores = {c.grade_id: (c.score, c.max_score) for c in result.cells}
     caught = {gid for gid in targeted if scores[gid][0] == 0}
     assert caught == set(targeted), f"{cheat} kept points in {sorted(set(targeted) - caught)}: {scores}"
     # the solution cells the cheat left alone still earn their points: the cheat, nothing else, was caught

@@ -12,9 +12,7 @@ from __future__ import annotations
 
 import pytest
 
-from autograder import submissions
-
-from .cheats import cheat_notebook
+from .cheats import grade_cheat
 from .conftest import course_with_engine
 
 pytestmark = pytest.mark.sandbox
@@ -83,8 +81,7 @@ def engine(tmp_path_factory):
 def test_cheat_loses_the_points_it_targets(engine, cheat):
     course, eng = engine
     cells, targeted = CHEATS[cheat]
-    path = submissions.write_submission(course, f"cheat-{cheat}", CHAPTER, cheat_notebook(course, CHAPTER, cells))
-    result = eng.grade(CHAPTER, path, f"cheat-{cheat}")
+    result = grade_cheat(course, eng, CHAPTER, cheat, cells)
     assert result.status == "graded", result.reason
     kept = {gid: result.cell(gid).score for gid in targeted if result.cell(gid).score > 0}
     assert not kept, f"{cheat} kept points in {kept}"
@@ -113,9 +110,7 @@ def test_fused_attention_under_a_runtime_name_loses_the_memory_points(engine):
     test_tiled_memory_hidden's points (measured: 2 of 2). Strict: the day a mechanism closes it, this fails and
     TRUST.md's limit is to be removed."""
     course, eng = engine
-    path = submissions.write_submission(course, "cheat-fused", CHAPTER,
-                                        cheat_notebook(course, CHAPTER, {"+tiled_attention": FUSED_UNDER_A_RUNTIME_NAME}))
-    result = eng.grade(CHAPTER, path, "cheat-fused")
+    result = grade_cheat(course, eng, CHAPTER, "fused", {"+tiled_attention": FUSED_UNDER_A_RUNTIME_NAME})
     if result.status != "graded" or result.cell("test_tiled_memory_hidden") is None:  # not the expected failure
         pytest.fail(f"the cheat was not graded: {result.status} {result.reason}")
     assert result.cell("test_tiled_memory_hidden").score == 0
