@@ -140,8 +140,8 @@ def load_expected(root: Path, chapter: str) -> dict:
 _loaded: dict[str, dict] = {}
 
 
-def reference_value(chapter: str | None, cell_id: str, check_id: str):
-    """The reference's decoded value for one check, for deciding it inside a kernel."""
+def _reference_record(chapter: str | None, cell_id: str, check_id: str) -> dict:
+    """The reference run's record of one check (its chapter's table loaded once), or RuntimeError saying why not."""
     if chapter is None:
         raise RuntimeError("the setup cell has not run: run start_chapter(...) first")
     if chapter not in _loaded:
@@ -153,7 +153,12 @@ def reference_value(chapter: str | None, cell_id: str, check_id: str):
     rec = _loaded[chapter].get(f"{cell_id}/{check_id}")
     if rec is None:
         raise RuntimeError(f"no reference record for check {cell_id}/{check_id}")
-    return decode(rec["got"])
+    return rec
+
+
+def reference_value(chapter: str | None, cell_id: str, check_id: str):
+    """The reference's decoded value for one check, for deciding it inside a kernel."""
+    return decode(_reference_record(chapter, cell_id, check_id)["got"])
 
 
 def reference_form(chapter: str | None, cell_id: str, check_id: str, kind: str | None = None):
@@ -164,10 +169,9 @@ def reference_form(chapter: str | None, cell_id: str, check_id: str, kind: str |
     holds the number where stock nbgrader's unrewritten cell checks a bool). Stock ``nbgrader autograde`` asks it
     for every check (:class:`.checks.Checks`), so it refuses what ``grade`` refuses."""
     try:
-        reference_value(chapter, cell_id, check_id)  # loads the chapter's table, or raises
+        rec = _reference_record(chapter, cell_id, check_id)
     except RuntimeError:
         return None
-    rec = _loaded[chapter][f"{cell_id}/{check_id}"]
     if not rec.get("form", True) or (kind is not None and rec.get("kind") != kind):
         return None
     return decode(rec["got"])
