@@ -155,7 +155,7 @@ def build_wheel(course: Course, references: dict[str, dict], out: Path) -> Path:
             f'[project]\nname = "{project["name"]}"\nversion = "{project["version"]}"\n'
             f'description = "{project["description"]}"\nrequires-python = "{project["requires-python"]}"\n\n'
             '[tool.setuptools]\npackages = ["attention_course"]\n\n'
-            '[tool.setuptools.package-data]\nattention_course = ["reference/*.json"]\n')
+            '[tool.setuptools.package-data]\nattention_course = ["reference/*.json", "data/*.txt"]\n')
         out.mkdir(parents=True, exist_ok=True)
         cmd = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "-w", str(out), str(src)]
         if _can_build_here():

@@ -116,7 +116,9 @@ def test_kit_holds_the_releases_one_wheel_requirements_and_a_readme_only(kit_dir
     assert all(m.startswith("attention_course/") for m in package), "the wheel ships attention_course only"
     modules = {f"attention_course/{p.name}" for p in PACKAGE.glob("*.py")}
     references = {f"attention_course/reference/{c}.json" for c in CHAPTERS}
-    assert set(package) == modules | references
+    data = {f"attention_course/data/{p.name}" for p in (PACKAGE / "data").glob("*.txt")}  # the course's corpora
+    assert data, "the learner package ships chapter 10's corpus"
+    assert set(package) == modules | references | data
     for chapter in CHAPTERS:
         nb = json.loads((kit_dir / "chapters" / chapter / f"{chapter}.ipynb").read_text())
         release = json.loads(COURSE.release_notebook(chapter).read_text())
