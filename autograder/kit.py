@@ -141,7 +141,11 @@ def build_wheel(course: Course, references: dict[str, dict], out: Path) -> Path:
 
     Built from a private copy with its own pyproject, so neither the repository's packaging (which also ships the
     grader, for the instructors' editable install) nor a stray file next to the package ends up in the kit."""
-    project = tomllib.loads((course.root / "pyproject.toml").read_text())["project"]
+    config = tomllib.loads((course.root / "pyproject.toml").read_text())
+    project = config["project"]
+    # The package's own data files as the repository's packaging lists them (one owner: chapter 10's corpus), and
+    # the self-check's reference outputs, which only the kit's wheel carries.
+    package_data = ["reference/*.json", *config["tool"]["setuptools"]["package-data"]["attention_course"]]
     with tempfile.TemporaryDirectory(prefix="kit-wheel-") as tmp:
         src = Path(tmp) / "src"
         shutil.copytree(course.root / "attention_course", src / "attention_course",
@@ -155,7 +159,7 @@ def build_wheel(course: Course, references: dict[str, dict], out: Path) -> Path:
             f'[project]\nname = "{project["name"]}"\nversion = "{project["version"]}"\n'
             f'description = "{project["description"]}"\nrequires-python = "{project["requires-python"]}"\n\n'
             '[tool.setuptools]\npackages = ["attention_course"]\n\n'
-            '[tool.setuptools.package-data]\nattention_course = ["reference/*.json", "data/*.txt"]\n')
+            f'[tool.setuptools.package-data]\nattention_course = {json.dumps(package_data)}\n')
         out.mkdir(parents=True, exist_ok=True)
         cmd = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "-w", str(out), str(src)]
         if _can_build_here():
