@@ -41,6 +41,20 @@ KIT_LINE = (
 )
 
 
+def merged_streams(outputs: list) -> list:
+    """``outputs`` with each run of consecutive stream outputs to the same stream joined into one. The kernel
+    flushes a print in one chunk or several depending on timing (a loaded machine split one line from its
+    newline), so the stored release must not keep the chunks."""
+    merged = []
+    for out in outputs:
+        if (out.get("output_type") == "stream" and merged and merged[-1].get("output_type") == "stream"
+                and merged[-1].get("name") == out.get("name")):
+            merged[-1]["text"] += out["text"]
+        else:
+            merged.append(out)
+    return merged
+
+
 def execute_source(course: Course, chapter: str, timeout: int = 900) -> nbformat.NotebookNode:
     nb = nbformat.read(course.source_notebook(chapter), as_version=4)
     env = {"ATTENTION_COURSE_GRADING": "reference", "ATTENTION_COURSE_ROOT": str(course.root),
@@ -52,7 +66,7 @@ def execute_source(course: Course, chapter: str, timeout: int = 900) -> nbformat
             cell.execution_count = None
         elif cell.cell_type == "code":
             # Live widgets (tqdm's notebook bar) need a widget manager from a CDN to render in the book.
-            cell.outputs = [o for o in cell.outputs if WIDGET_MIME not in o.get("data", {})]
+            cell.outputs = merged_streams([o for o in cell.outputs if WIDGET_MIME not in o.get("data", {})])
     nb.metadata.pop("widgets", None)
     return nb
 

@@ -61,6 +61,51 @@ def pytest_collection_modifyitems(config, items):
                                 + ":\n  " + "\n  ".join(wrong))
 
 
+# -- where the suite's time goes: CPU seconds per file ---------------------------------------------------------
+# On 2 cores the suite is CPU-bound, so the number that matters for its length is CPU time, not a worker's wall
+# time (a file that starts two nbgrader processes keeps both cores busy while its worker shows one wall clock).
+# `--cpu-report=FILE` writes, per test file, the CPU seconds of the worker and of the processes it started and
+# waited for (kernels, nbgrader, the sandbox), and its wall seconds; scripts/cpu_report.py sums the workers'
+# files. Servers that detach (PostgreSQL) are not counted.
+
+
+def pytest_addoption(parser):
+    parser.addoption("--cpu-report", default=None, help="write CPU and wall seconds per test file to this file")
+
+
+def _cpu_seconds() -> float:
+    import resource
+
+    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+_SPENT: dict[str, list[float]] = {}
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    if not item.config.getoption("--cpu-report"):
+        yield
+        return
+    import time
+
+    cpu, wall = _cpu_seconds(), time.monotonic()
+    yield
+    spent = _SPENT.setdefault(item.path.name, [0.0, 0.0])
+    spent[0] += _cpu_seconds() - cpu
+    spent[1] += time.monotonic() - wall
+
+
+def pytest_sessionfinish(session):
+    target = session.config.getoption("--cpu-report")
+    if target and _SPENT:
+        import json
+
+        worker = os.environ.get("PYTEST_XDIST_WORKER", "main")  # one file per worker, summed by the script
+        Path(f"{target}.{worker}").write_text(json.dumps(_SPENT, indent=1))
+
+
 @pytest.fixture(scope="session")
 def repo_root() -> Path:
     return ROOT

@@ -12,11 +12,17 @@ def output_texts(cell) -> list[str] | None:
     the machine). Images are left out: their bytes differ between matplotlib builds, their text does not."""
     if cell.cell_type != "code" or IGNORE_OUTPUT_TAG in cell.metadata.get("tags", []):
         return None
-    texts = []
+    texts, last_stream = [], None
     for out in cell.get("outputs", []):
         if out.output_type == "stream":
-            texts.append(out.text)
-        elif out.output_type in ("display_data", "execute_result"):
+            if last_stream == out.name:  # one print may arrive in several chunks, depending on timing
+                texts[-1] += out.text
+            else:
+                texts.append(out.text)
+            last_stream = out.name
+            continue
+        last_stream = None
+        if out.output_type in ("display_data", "execute_result"):
             texts.append(out.get("data", {}).get("text/plain", ""))
         elif out.output_type == "error":
             texts.append(f"{out.ename}: {out.evalue}")

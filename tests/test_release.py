@@ -111,3 +111,17 @@ def test_source_follows_the_graded_cell_format(chapter):
     for cell in solutions:
         assert "### BEGIN SOLUTION" in cell.source and '"""' in cell.source, (
             f"{grade_id(cell)}: solution inside a documented function or class")
+
+
+@pytest.mark.unit
+def test_a_print_split_into_chunks_is_stored_as_one_output():
+    """A loaded machine once delivered one print as two stream chunks (its line, then its newline), and the
+    regenerated release differed from the stored one in that alone."""
+    from autograder.release import merged_streams
+
+    out = nbformat.v4.new_output
+    chunks = [out("stream", name="stdout", text="score: 0.89"), out("stream", name="stdout", text="\n"),
+              out("stream", name="stderr", text="warning\n"), out("stream", name="stdout", text="next\n")]
+    merged = merged_streams(chunks)
+    assert [(o.name, o.text) for o in merged] == [("stdout", "score: 0.89\n"), ("stderr", "warning\n"),
+                                                  ("stdout", "next\n")]
