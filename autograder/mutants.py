@@ -680,7 +680,7 @@ def submission(course: Course, chapter: str, bin_: list[Mutant], own: dict[str, 
             if gid in by_cell:
                 cell.source = by_cell[gid].source
             elif gid in idle:
-                cell.source = cell.source.rstrip("\n") + "\n\n\n" + shortcuts._idled(cell.source)
+                cell.source = cell.source.rstrip("\n") + "\n\n\n" + shortcuts.idled(cell.source)
     return nb
 
 

@@ -1,6 +1,7 @@
 """Every chapter through one warm isolated engine: the reference scores full marks with no flag, the blank
 release scores zero, and every catalogued mistake loses the points of the cells it should fail, with feedback
-naming its symptom. (Stock nbgrader grades a covering sample of the same catalogues: tests/test_chapters.py.)"""
+naming its symptom (mistakes that cannot interfere share a notebook). Stock nbgrader grades a covering sample
+of the same catalogues: tests/test_chapters.py."""
 from __future__ import annotations
 
 import pytest
@@ -9,8 +10,7 @@ from autograder import submissions
 from autograder.course import Course
 
 from .conftest import course_with_engine
-
-pytestmark = pytest.mark.sandbox
+from .mistake_packing import IDLE_MESSAGE, packed, with_mistakes
 
 COURSE = Course()
 CHAPTERS = COURSE.chapters()
@@ -28,6 +28,7 @@ def _grade(course, engine, student, chapter, nb):
     return engine.grade(chapter, path, student)
 
 
+@pytest.mark.sandbox
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("chapter", CHAPTERS)
 def test_reference_full_marks_and_blank_zero(course_engine, chapter):
@@ -41,15 +42,51 @@ def test_reference_full_marks_and_blank_zero(course_engine, chapter):
     assert blank["score"] == 0 and all(not c["passed"] for c in blank["cells"].values())
 
 
-@pytest.mark.timeout(300)
-@pytest.mark.parametrize("chapter,mistake_id", CASES)
-def test_catalogued_mistake_loses_points(course_engine, chapter, mistake_id):
+# The whole catalogue, packed: mistakes that cannot interfere share a notebook, and the solution cells that none
+# of a notebook's failing cells can reach are idled (tests/mistake_packing.py). 207 mistakes take 110 notebooks,
+# and chapter 8's 200-step training test runs only where a mistake can change it.
+PACKED = {ch: packed(COURSE, ch, submissions.load_mistakes(COURSE, ch)) for ch in CHAPTERS}
+
+
+@pytest.mark.unit
+def test_every_mistake_is_packed_once_apart_from_those_it_could_disturb():
+    for chapter in CHAPTERS:
+        assert sorted(m.id for b in PACKED[chapter] for m in b) == \
+            sorted(m.id for m in submissions.load_mistakes(COURSE, chapter)), chapter
+        for b in PACKED[chapter]:
+            assert len({m.cell for m in b}) == len(b), chapter
+            assert sum(len(m.fails) for m in b) == len({c for m in b for c in m.fails}), chapter
+
+
+@pytest.fixture(scope="module")
+def graded_mistakes(course_engine):
+    """{(chapter, mistake id): the result of the notebook that carries it}, a chapter's notebooks graded the first
+    time one of its cases asks (so ``-k 03_`` grades chapter 3 only)."""
     course, engine = course_engine
-    mistake = next(m for m in submissions.load_mistakes(course, chapter) if m.id == mistake_id)
-    r = _grade(course, engine, f"mistake-{mistake_id}", chapter, submissions.with_mistake(course, chapter, mistake))
+    out = {}
+
+    def of(chapter, mistake_id):
+        if (chapter, mistake_id) not in out:
+            for i, bin_ in enumerate(PACKED[chapter]):
+                result = _grade(course, engine, f"mistakes-{i}", chapter,
+                                with_mistakes(course, chapter, bin_, idle_unjudged=True))
+                out.update({(chapter, m.id): result for m in bin_})
+        return out[(chapter, mistake_id)]
+    return of
+
+
+@pytest.mark.sandbox
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("chapter,mistake_id", CASES)
+def test_catalogued_mistake_loses_points(graded_mistakes, chapter, mistake_id):
+    mistake = next(m for m in submissions.load_mistakes(COURSE, chapter) if m.id == mistake_id)
+    r = graded_mistakes(chapter, mistake_id)
     assert r["status"] == "graded", r["reason"]
-    assert r["score"] < r["max_score"], f"{mistake.what}: still full marks"
-    for cell in mistake.fails:
-        assert r["cells"][cell]["score"] == 0, f"{mistake.what}: {cell} should score 0"
-    messages = " | ".join(m for cell in mistake.fails for m in r["cells"][cell]["messages"])
+    cells = {cell: r["cells"][cell] for cell in mistake.fails}
+    assert sum(c["score"] for c in cells.values()) < sum(c["max_score"] for c in cells.values()), \
+        f"{mistake.what}: still full marks"
+    for cell, c in cells.items():
+        assert c["score"] == 0, f"{mistake.what}: {cell} should score 0"
+    messages = " | ".join(m for c in cells.values() for m in c["messages"])
+    assert IDLE_MESSAGE not in messages, f"{mistake.what}: a failing cell reached an idled solution cell: {messages}"
     assert mistake.symptom.lower() in messages.lower(), (mistake.symptom, messages)

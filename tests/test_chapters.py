@@ -12,66 +12,23 @@ from __future__ import annotations
 
 import pytest
 
-from attention_course.cells import grade_id, is_graded_run, is_graded_test, is_solution
+from attention_course.cells import is_graded_run
 from autograder import submissions
 from autograder.course import Course
 
-from autograder.cell_reach import reach as reach_of
 from .conftest import engine_on
+from .mistake_packing import covering_sample, packed, with_mistakes
 from .nbgrader_run import cell_scores, copy_course, failure_text, generate_assignment, run_nbgrader_batches
 
 COURSE = Course()
 CHAPTERS = COURSE.chapters()
 
 
-def covering_sample(mistakes) -> list:
-    """Fewest mistakes (greedy) whose ``fails`` together name every cell that any mistake of the chapter fails."""
-    left = {cell for m in mistakes for cell in m.fails}
-    chosen = []
-    while left:
-        best = max(mistakes, key=lambda m: (len(left & set(m.fails)), -mistakes.index(m)))
-        chosen.append(best)
-        left -= set(best.fails)
-    return chosen
-
-
-def packed(chapter: str, sample) -> list[list]:
-    """The sample in as few notebooks as keep its mistakes apart. Two mistakes share a notebook only when
-    neither's solution cell is reachable from the cells the other should fail (autograder/cell_reach.py) and they fail
-    disjoint cells, so each such cell still fails for its own mistake alone (its symptom is asserted there).
-    Stock nbgrader starts a kernel and imports torch per notebook, so fewer notebooks is most of this file's
-    time."""
-    reach = reach_of(COURSE, chapter)
-
-    def touches(a, b) -> bool:  # can mistake a change what any cell b should fail computes?
-        return a.cell in b.fails or any(a.cell in reach.get(cell, ()) for cell in b.fails)
-
-    bins: list[list] = []
-    for m in sample:
-        home = next((b for b in bins if all(o.cell != m.cell and not set(o.fails) & set(m.fails)
-                                            and not touches(o, m) and not touches(m, o) for o in b)), None)
-        if home is None:
-            bins.append([m])
-        else:
-            home.append(m)
-    return bins
-
-
 SAMPLE = {ch: covering_sample(submissions.load_mistakes(COURSE, ch)) for ch in CHAPTERS}
-PACKED = {ch: packed(ch, SAMPLE[ch]) for ch in CHAPTERS}
+PACKED = {ch: packed(COURSE, ch, SAMPLE[ch]) for ch in CHAPTERS}
 # the learner name under which each sampled mistake is graded (the notebook it shares)
 STUDENT = {(ch, m.id): f"mistakes-{i}" for ch in CHAPTERS for i, b in enumerate(PACKED[ch]) for m in b}
 CASES = [(ch, m.id) for ch in CHAPTERS for m in SAMPLE[ch]]
-
-
-def with_mistakes(course, chapter, mistakes):
-    """The reference with every mistake in ``mistakes`` applied (each edits its own solution cell)."""
-    nb = submissions.reference(course, chapter)
-    for m in mistakes:
-        one = submissions.with_mistake(course, chapter, m)
-        nb.cells = [new if grade_id(new) == m.cell and is_solution(new) else old
-                    for old, new in zip(nb.cells, one.cells)]
-    return nb
 
 
 def graded_cells_only(nb):

@@ -1,0 +1,64 @@
+"""Several catalogued mistakes in one notebook (test helper for tests/test_catalogues.py and tests/test_chapters.py).
+
+Each notebook graded costs a kernel's work over every graded cell, so mistakes that cannot interfere share one.
+Two mistakes share a notebook only when they edit different solution cells, fail disjoint cells, and neither's
+solution cell is reachable from the cells the other should fail (autograder/cell_reach.py): each failing cell
+then fails for its own mistake alone, and its symptom is asserted there.
+"""
+from __future__ import annotations
+
+from attention_course.cells import grade_id, is_solution
+from autograder import shortcuts, submissions
+from autograder.cell_reach import reach as reach_of
+from autograder.shortcuts import IDLE_MESSAGE  # noqa: F401 (the catalogue test asserts no judged cell shows it)
+
+
+def covering_sample(mistakes) -> list:
+    """Fewest mistakes (greedy) whose ``fails`` together name every cell that any mistake of the chapter fails."""
+    left = {cell for m in mistakes for cell in m.fails}
+    chosen = []
+    while left:
+        best = max(mistakes, key=lambda m: (len(left & set(m.fails)), -mistakes.index(m)))
+        chosen.append(best)
+        left -= set(best.fails)
+    return chosen
+
+
+def packed(course, chapter: str, mistakes) -> list[list]:
+    """``mistakes`` in as few notebooks (lists) as keep them apart, first fit in catalogue order."""
+    reach = reach_of(course, chapter)
+
+    def touches(a, b) -> bool:  # can mistake a change what any cell b should fail computes?
+        return a.cell in b.fails or any(a.cell in reach.get(cell, ()) for cell in b.fails)
+
+    bins: list[list] = []
+    for m in mistakes:
+        home = next((b for b in bins if all(o.cell != m.cell and not set(o.fails) & set(m.fails)
+                                            and not touches(o, m) and not touches(m, o) for o in b)), None)
+        if home is None:
+            bins.append([m])
+        else:
+            home.append(m)
+    return bins
+
+
+def with_mistakes(course, chapter: str, mistakes, idle_unjudged: bool = False):
+    """The reference with every mistake in ``mistakes`` applied (each edits its own solution cell).
+
+    ``idle_unjudged``: also replace the functions of every solution cell that no failing cell of these mistakes
+    can reach by one that raises at once (as the shortcut lint and the mutation score do), so a chapter's
+    training run costs nothing in a notebook that does not judge it. The cells judged here never reach them;
+    a judged cell whose message names :data:`IDLE_MESSAGE` would prove that wrong, and the catalogue test
+    asserts none does."""
+    nb = submissions.reference(course, chapter)
+    for m in mistakes:
+        one = submissions.with_mistake(course, chapter, m)
+        nb.cells = [new if grade_id(new) == m.cell and is_solution(new) else old
+                    for old, new in zip(nb.cells, one.cells)]
+    if idle_unjudged:
+        reach = reach_of(course, chapter)
+        needed = {m.cell for m in mistakes} | {c for m in mistakes for cell in m.fails for c in reach.get(cell, ())}
+        for cell in nb.cells:
+            if is_solution(cell) and grade_id(cell) not in needed:
+                cell.source = cell.source.rstrip("\n") + "\n\n\n" + shortcuts.idled(cell.source)
+    return nb
