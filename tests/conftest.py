@@ -27,22 +27,19 @@ os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
 KINDS = ("unit", "notebooks", "sandbox", "services")
 
 
-# Rough seconds each test file takes in the whole suite on 2 cores (`--durations=0`, summed per file). Whole files
-# go to the xdist workers in this order, longest first (scripts/run_tests.sh passes --no-loadscope-reorder, which
-# would otherwise order them by their number of tests and leave single long tests, the services, for last), so
-# the suite does not end with one worker finishing a long file while the other idles. Only the order depends on
-# these numbers: a stale one costs time, never a result; a file not listed goes last.
-FILE_SECONDS = {"test_chapters.py": 509, "test_release.py": 218, "test_isolation.py": 196, "test_catalogues.py": 190,
-                "test_unprivileged.py": 149, "test_batch.py": 149, "test_nbval.py": 139, "test_shortcuts.py": 133,
-                "test_devices.py": 95, "test_exchange.py": 36, "test_book.py": 33, "test_dask.py": 30,
-                "test_postgres.py": 29, "test_initialisation.py": 26, "test_grade_one.py": 10,
-                "test_export.py": 9, "test_trust.py": 6, "test_report.py": 6,
-                # Added with issues 24-29; estimated from single runs on a loaded machine (to be re-measured).
-                "test_kit.py": 400, "test_deadlines.py": 200, "test_mutants.py": 150, "test_formgrader.py": 120,
-                "test_malformed_class.py": 120, "test_ch8_cheats.py": 120, "test_ch9_cheats.py": 60,
-                "test_selfcheck.py": 90,
-                "test_active_content.py": 60, "test_points_lint.py": 30, "test_similarity.py": 30,
-                "test_book_walk.py": 60}
+# CPU seconds each test file takes in the whole suite on 2 cores (`pytest --cpu-report`, scripts/cpu_report.py;
+# measured 2026-11-26 on the fresh-clone suite, then for the files changed since). Whole files go to the xdist
+# workers in this order, longest first (scripts/run_tests.sh passes --no-loadscope-reorder, which would otherwise
+# order them by their number of tests and leave single long tests, the services, for last), so the suite does not
+# end with one worker finishing a long file while the other idles. Only the order depends on these numbers: a
+# stale one costs time, never a result; a file not listed goes last.
+FILE_SECONDS = {"test_chapters.py": 665, "test_catalogues.py": 135, "test_release.py": 107, "test_shortcuts.py": 102,
+                "test_batch.py": 97, "test_unprivileged.py": 94, "test_nbval.py": 89, "test_isolation.py": 85,
+                "test_mutants.py": 70, "test_kit.py": 65, "test_deadlines.py": 44, "test_postgres.py": 39,
+                "test_exchange.py": 38, "test_devices.py": 33, "test_initialisation.py": 30, "test_formgrader.py": 25,
+                "test_selfcheck.py": 23, "test_ch8_cheats.py": 21, "test_malformed_class.py": 17, "test_dask.py": 13,
+                "test_book_walk.py": 8, "test_report.py": 7, "test_export.py": 6, "test_ch9_cheats.py": 6,
+                "test_active_content.py": 6, "test_grade_one.py": 5, "test_book.py": 5}
 
 
 @pytest.hookimpl(tryfirst=True)  # before -m deselects, so every collected test is checked
