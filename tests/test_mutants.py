@@ -427,7 +427,7 @@ CHAPTER_8_PROBES = {
 PROBES.update(CHAPTER_8_PROBES)
 
 
-@pytest.mark.unit
+@pytest.mark.notebooks  # runs the chapter's code (mutants.namespace): seconds each, not the inner loop
 @pytest.mark.parametrize("equivalent,killed", [
     ("depends_on_future:21:arith:8c0b0f6cc0", "depends_on_future:23:bounds:e806010b8e"),  # a one-step leak missed
     ("depends_on_future:13:drop:dfd648d0ff", "depends_on_future:13:drop:b78c079ae0"),  # fn given x itself
@@ -442,7 +442,7 @@ def test_chapter_8_probes_tell_a_real_slip_from_the_reference(equivalent, killed
     assert len(reference) != len(mutated) or any(not _same(a, b) for a, b in zip(reference, mutated))
 
 
-@pytest.mark.unit
+@pytest.mark.notebooks  # runs the chapter's code (mutants.namespace): seconds each, not the inner loop
 @pytest.mark.parametrize("equivalent,killed", [
     ("online_softmax:30:bounds:8b6d393d92", "online_softmax:17:constant:886be31401"),  # running max started at 0
     ("tiled_attention:37:arith:eecc28a0e0", "tiled_attention:37:compare:6bfbbc1114"),  # the diagonal tile skipped
@@ -467,7 +467,7 @@ def test_every_documented_equivalent_has_a_probe():
     assert set(PROBES) == set(mutants.EQUIVALENT)
 
 
-@pytest.mark.unit
+@pytest.mark.notebooks  # runs the chapter's code (mutants.namespace): seconds each, not the inner loop
 @pytest.mark.parametrize("mutant_id", sorted(mutants.EQUIVALENT))
 def test_a_documented_equivalent_gives_the_references_outputs(mutant_id):
     chapter, probe, *rtol = PROBES[mutant_id]
@@ -479,7 +479,7 @@ def test_a_documented_equivalent_gives_the_references_outputs(mutant_id):
     assert not different, f"{mutant_id} differs from the reference on probes {different}"
 
 
-@pytest.mark.unit
+@pytest.mark.notebooks  # runs the chapter's code (mutants.namespace): seconds each, not the inner loop
 def test_the_probe_tells_a_real_slip_from_the_reference():
     """The comparison can fail: the same probe sees a killed mutant of masked_softmax (its -inf fill)."""
     chapter, probe, *_ = PROBES["masked_softmax:44:constant:d14a9f54ad"]
