@@ -8,9 +8,8 @@ then fails for its own mistake alone, and its symptom is asserted there.
 from __future__ import annotations
 
 from attention_course.cells import grade_id, is_solution
-from autograder import shortcuts, submissions
+from autograder import submissions
 from autograder.cell_reach import reach as reach_of
-from autograder.shortcuts import IDLE_MESSAGE  # noqa: F401 (the catalogue test asserts no judged cell shows it)
 
 
 def covering_sample(mistakes) -> list:
@@ -42,23 +41,12 @@ def packed(course, chapter: str, mistakes) -> list[list]:
     return bins
 
 
-def with_mistakes(course, chapter: str, mistakes, idle_unjudged: bool = False):
-    """The reference with every mistake in ``mistakes`` applied (each edits its own solution cell).
-
-    ``idle_unjudged``: also replace the functions of every solution cell that no failing cell of these mistakes
-    can reach by one that raises at once (as the shortcut lint and the mutation score do), so a chapter's
-    training run costs nothing in a notebook that does not judge it. The cells judged here never reach them;
-    a judged cell whose message names :data:`IDLE_MESSAGE` would prove that wrong, and the catalogue test
-    asserts none does."""
+def with_mistakes(course, chapter: str, mistakes):
+    """The reference with every mistake in ``mistakes`` applied (each edits its own solution cell); every other
+    solution cell keeps the reference's code, so the notebook is what a learner with these slips hands in."""
     nb = submissions.reference(course, chapter)
     for m in mistakes:
         one = submissions.with_mistake(course, chapter, m)
         nb.cells = [new if grade_id(new) == m.cell and is_solution(new) else old
                     for old, new in zip(nb.cells, one.cells)]
-    if idle_unjudged:
-        reach = reach_of(course, chapter)
-        needed = {m.cell for m in mistakes} | {c for m in mistakes for cell in m.fails for c in reach.get(cell, ())}
-        for cell in nb.cells:
-            if is_solution(cell) and grade_id(cell) not in needed:
-                cell.source = cell.source.rstrip("\n") + "\n\n\n" + shortcuts.idled(cell.source)
     return nb

@@ -10,7 +10,7 @@ from autograder import submissions
 from autograder.course import Course
 
 from .conftest import course_with_engine
-from .mistake_packing import IDLE_MESSAGE, packed, with_mistakes
+from .mistake_packing import packed, with_mistakes
 
 COURSE = Course()
 CHAPTERS = COURSE.chapters()
@@ -42,9 +42,10 @@ def test_reference_full_marks_and_blank_zero(course_engine, chapter):
     assert blank["score"] == 0 and all(not c["passed"] for c in blank["cells"].values())
 
 
-# The whole catalogue, packed: mistakes that cannot interfere share a notebook, and the solution cells that none
-# of a notebook's failing cells can reach are idled (tests/mistake_packing.py). 207 mistakes take 110 notebooks,
-# and chapter 8's 200-step training test runs only where a mistake can change it.
+# The whole catalogue, packed: mistakes that cannot interfere share a notebook (tests/mistake_packing.py), 207
+# mistakes in 110 notebooks. Every other solution cell keeps the reference's code: idling the cells no failing
+# cell reaches (as the shortcut lint does) would save a third more, but the engine's feedback does not show an
+# exception's text, so nothing here could tell a failure caused by an idled cell from the mistake's own.
 PACKED = {ch: packed(COURSE, ch, submissions.load_mistakes(COURSE, ch)) for ch in CHAPTERS}
 
 
@@ -69,7 +70,7 @@ def graded_mistakes(course_engine):
         if (chapter, mistake_id) not in out:
             for i, bin_ in enumerate(PACKED[chapter]):
                 result = _grade(course, engine, f"mistakes-{i}", chapter,
-                                with_mistakes(course, chapter, bin_, idle_unjudged=True))
+                                with_mistakes(course, chapter, bin_))
                 out.update({(chapter, m.id): result for m in bin_})
         return out[(chapter, mistake_id)]
     return of
@@ -88,5 +89,4 @@ def test_catalogued_mistake_loses_points(graded_mistakes, chapter, mistake_id):
     for cell, c in cells.items():
         assert c["score"] == 0, f"{mistake.what}: {cell} should score 0"
     messages = " | ".join(m for c in cells.values() for m in c["messages"])
-    assert IDLE_MESSAGE not in messages, f"{mistake.what}: a failing cell reached an idled solution cell: {messages}"
     assert mistake.symptom.lower() in messages.lower(), (mistake.symptom, messages)
