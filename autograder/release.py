@@ -13,6 +13,7 @@ For each chapter:
 from __future__ import annotations
 
 import argparse
+import copy
 import shutil
 import subprocess
 import sys
@@ -51,7 +52,7 @@ def merged_streams(outputs: list) -> list:
                 and merged[-1].get("name") == out.get("name")):
             merged[-1]["text"] += out["text"]
         else:
-            merged.append(out)
+            merged.append(copy.copy(out))  # a copy: joining must not change the caller's outputs
     return merged
 
 

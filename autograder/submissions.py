@@ -55,16 +55,27 @@ def reference(course: Course, chapter: str) -> nbformat.NotebookNode:
 
 
 def with_mistake(course: Course, chapter: str, mistake: Mistake) -> nbformat.NotebookNode:
+    return with_mistakes(course, chapter, [mistake])
+
+
+def with_mistakes(course: Course, chapter: str, mistakes: list[Mistake]) -> nbformat.NotebookNode:
+    """The reference with every mistake applied, each to its own solution cell (two in one cell would not be the
+    catalogue's mistakes any more); every other cell is the reference's."""
+    cells = [m.cell for m in mistakes]
+    if len(set(cells)) != len(cells):
+        raise ValueError(f"two mistakes edit one solution cell: {sorted(c for c in set(cells) if cells.count(c) > 1)}")
     nb = copy.deepcopy(reference(course, chapter))
-    for cell in nb.cells:
-        if is_solution(cell) and grade_id(cell) == mistake.cell:
-            count = cell.source.count(mistake.find)
-            if count != 1:
-                raise ValueError(f"mistake {mistake.id}: its `find` text occurs {count} times in cell "
-                                 f"{mistake.cell} (must be exactly once)")
-            cell.source = cell.source.replace(mistake.find, mistake.replace)
-            return nb
-    raise ValueError(f"mistake {mistake.id}: no solution cell {mistake.cell!r} in {chapter}")
+    by_cell = {grade_id(c): c for c in nb.cells if is_solution(c)}
+    for mistake in mistakes:
+        cell = by_cell.get(mistake.cell)
+        if cell is None:
+            raise ValueError(f"mistake {mistake.id}: no solution cell {mistake.cell!r} in {chapter}")
+        count = cell.source.count(mistake.find)
+        if count != 1:
+            raise ValueError(f"mistake {mistake.id}: its `find` text occurs {count} times in cell "
+                             f"{mistake.cell} (must be exactly once)")
+        cell.source = cell.source.replace(mistake.find, mistake.replace)
+    return nb
 
 
 def write_submission(course: Course, student: str, chapter: str, nb: nbformat.NotebookNode) -> Path:

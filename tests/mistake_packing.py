@@ -1,4 +1,5 @@
-"""Several catalogued mistakes in one notebook (test helper for tests/test_catalogues.py and tests/test_chapters.py).
+"""Which catalogued mistakes can share one notebook (test helper for tests/test_catalogues.py and
+tests/test_chapters.py; the notebook itself is ``autograder.submissions.with_mistakes``).
 
 Each notebook graded costs a kernel's work over every graded cell, so mistakes that cannot interfere share one.
 Two mistakes share a notebook only when they edit different solution cells, fail disjoint cells, and neither's
@@ -7,8 +8,6 @@ then fails for its own mistake alone, and its symptom is asserted there.
 """
 from __future__ import annotations
 
-from attention_course.cells import grade_id, is_solution
-from autograder import submissions
 from autograder.cell_reach import reach as reach_of
 
 
@@ -39,14 +38,3 @@ def packed(course, chapter: str, mistakes) -> list[list]:
         else:
             home.append(m)
     return bins
-
-
-def with_mistakes(course, chapter: str, mistakes):
-    """The reference with every mistake in ``mistakes`` applied (each edits its own solution cell); every other
-    solution cell keeps the reference's code, so the notebook is what a learner with these slips hands in."""
-    nb = submissions.reference(course, chapter)
-    for m in mistakes:
-        one = submissions.with_mistake(course, chapter, m)
-        nb.cells = [new if grade_id(new) == m.cell and is_solution(new) else old
-                    for old, new in zip(nb.cells, one.cells)]
-    return nb

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import nbformat
 
+from autograder.release import merged_streams
+
 IGNORE_OUTPUT_TAG = "nbval-ignore-output"
 
 
@@ -12,17 +14,11 @@ def output_texts(cell) -> list[str] | None:
     the machine). Images are left out: their bytes differ between matplotlib builds, their text does not."""
     if cell.cell_type != "code" or IGNORE_OUTPUT_TAG in cell.metadata.get("tags", []):
         return None
-    texts, last_stream = [], None
-    for out in cell.get("outputs", []):
+    texts = []
+    for out in merged_streams(cell.get("outputs", [])):  # one print may arrive in several chunks
         if out.output_type == "stream":
-            if last_stream == out.name:  # one print may arrive in several chunks, depending on timing
-                texts[-1] += out.text
-            else:
-                texts.append(out.text)
-            last_stream = out.name
-            continue
-        last_stream = None
-        if out.output_type in ("display_data", "execute_result"):
+            texts.append(out.text)
+        elif out.output_type in ("display_data", "execute_result"):
             texts.append(out.get("data", {}).get("text/plain", ""))
         elif out.output_type == "error":
             texts.append(f"{out.ename}: {out.evalue}")

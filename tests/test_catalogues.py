@@ -10,7 +10,7 @@ from autograder import submissions
 from autograder.course import Course
 
 from .conftest import course_with_engine
-from .mistake_packing import packed, with_mistakes
+from .mistake_packing import packed
 
 COURSE = Course()
 CHAPTERS = COURSE.chapters()
@@ -70,7 +70,7 @@ def graded_mistakes(course_engine):
         if (chapter, mistake_id) not in out:
             for i, bin_ in enumerate(PACKED[chapter]):
                 result = _grade(course, engine, f"mistakes-{i}", chapter,
-                                with_mistakes(course, chapter, bin_))
+                                submissions.with_mistakes(course, chapter, bin_))
                 out.update({(chapter, m.id): result for m in bin_})
         return out[(chapter, mistake_id)]
     return of

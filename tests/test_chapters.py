@@ -17,7 +17,7 @@ from autograder import submissions
 from autograder.course import Course
 
 from .conftest import engine_on
-from .mistake_packing import covering_sample, packed, with_mistakes
+from .mistake_packing import covering_sample, packed
 from .nbgrader_run import cell_scores, copy_course, failure_text, generate_assignment, run_nbgrader_batches
 
 COURSE = Course()
@@ -48,7 +48,7 @@ def graded(tmp_path_factory):
     for chapter in CHAPTERS:
         course = courses[chapter] = copy_course(tmp_path_factory.mktemp(chapter))
         notebooks = {"reference": submissions.reference(course, chapter), "blank": submissions.blank(course, chapter)}
-        notebooks.update({f"mistakes-{i}": with_mistakes(course, chapter, mistakes)
+        notebooks.update({f"mistakes-{i}": submissions.with_mistakes(course, chapter, mistakes)
                           for i, mistakes in enumerate(PACKED[chapter])})
         for student, nb in notebooks.items():
             submissions.write_submission(course, student, chapter, graded_cells_only(nb))

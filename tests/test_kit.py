@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import ast
+import functools
 import json
 import os
 import pwd
@@ -127,6 +128,17 @@ def test_kit_holds_the_releases_one_wheel_requirements_and_a_readme_only(kit_dir
         assert "from attention_course" in "".join(first_code["source"]), "the first code cell imports the package"
 
 
+@functools.cache
+def _source_lines(chapter: str) -> tuple[set[str], set[str]]:
+    """(lines inside the chapter's solution and hidden-test regions, lines outside them), read once per chapter."""
+    hidden, shown = set(), set()
+    for cell in json.loads(COURSE.source_notebook(chapter).read_text())["cells"]:
+        inside, outside = _split_lines("".join(cell["source"]))
+        hidden.update(inside)
+        shown.update(outside)
+    return hidden, shown
+
+
 @pytest.mark.unit
 @pytest.mark.parametrize("chapter", CHAPTERS)
 def test_kit_leaks_no_solution_hidden_test_catalogue_entry_or_profile(kit_dir, chapter):
@@ -137,13 +149,9 @@ def test_kit_leaks_no_solution_hidden_test_catalogue_entry_or_profile(kit_dir, c
                    "ref_got", "mistakes.toml"):
         where = [k for k, v in learner_facing.items() if marker in v]
         assert not where, f"{marker!r} in {where}"
-    hidden, shown = set(), set()
-    for other in CHAPTERS:  # a line that any release shows (a common idiom such as `with torch.no_grad():`) is no leak
-        for cell in json.loads(COURSE.source_notebook(other).read_text())["cells"]:
-            inside, outside = _split_lines("".join(cell["source"]))
-            if other == chapter:
-                hidden.update(inside)
-            shown.update(outside)
+    hidden = _source_lines(chapter)[0]
+    # a line that any release shows (a common idiom such as `with torch.no_grad():`) is no leak
+    shown = set().union(*(_source_lines(other)[1] for other in CHAPTERS))
     leaked = {line for line in hidden - shown if len(line) > 20 and line in lines}
     assert not leaked, f"solution or hidden-test lines in the kit: {sorted(leaked)[:5]}"
     catalogue = COURSE.mistakes_file(chapter)
