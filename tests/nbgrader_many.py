@@ -24,8 +24,12 @@ def run(root: str, args: list[str]) -> tuple[int, str]:
     from autograder.course import Course
 
     saved_env, saved_cwd = os.environ.copy(), os.getcwd()
+    # The config, and the kernels' environment: this process's own (the suite's one thread per torch process,
+    # tests/conftest.py) plus the course's. Read before clearing: a kernel started with an empty environment
+    # ran torch on every core, and two such kernels spinning against each other took 2.5x the CPU.
+    env = Course(root).nbgrader_env()
     os.environ.clear()
-    os.environ.update(Course(root).nbgrader_env())  # the config, and the kernels' environment
+    os.environ.update(env)
     os.chdir(root)
     log = StringIO()
     app = NbGraderApp.instance()
