@@ -28,19 +28,20 @@ KINDS = ("unit", "notebooks", "sandbox", "services")
 
 
 # CPU seconds each test file takes in the whole suite on 2 cores (`pytest --cpu-report`, scripts/cpu_report.py;
-# measured 2026-11-26 on a fresh clone at c95404b, where the reference profiles are built inside whichever of the
+# measured 2026-11-26 on a fresh clone at f4600d5, where the reference profiles are built inside whichever of the
 # first two files takes the lock first). Whole files go to the xdist workers in this order, longest first
 # (scripts/run_tests.sh passes --no-loadscope-reorder, which would otherwise order them by their number of tests
 # and leave single long tests, the services, for last), so the suite does not end with one worker finishing a long
 # file while the other idles. Only the order depends on these numbers: a stale one costs time, never a result; a
 # file not listed goes last.
-FILE_SECONDS = {"test_chapters.py": 639, "test_catalogues.py": 219, "test_release.py": 124, "test_nbval.py": 102,
-                "test_batch.py": 101, "test_shortcuts.py": 100, "test_unprivileged.py": 99, "test_isolation.py": 99,
-                "test_kit.py": 84, "test_mutants.py": 79, "test_deadlines.py": 49, "test_postgres.py": 48,
-                "test_exchange.py": 42, "test_devices.py": 32, "test_formgrader.py": 28, "test_initialisation.py": 27,
-                "test_selfcheck.py": 21, "test_malformed_class.py": 18, "test_ch8_cheats.py": 17, "test_book_walk.py": 16,
-                "test_dask.py": 14, "test_report.py": 8, "test_export.py": 7, "test_active_content.py": 6,
-                "test_ch9_cheats.py": 6, "test_book.py": 5, "test_grade_one.py": 5, "test_trust.py": 5}
+FILE_SECONDS = {"test_chapters.py": 303, "test_catalogues.py": 240, "test_release.py": 89, "test_unprivileged.py": 85,
+                "test_isolation.py": 85, "test_shortcuts.py": 81, "test_batch.py": 76, "test_nbval.py": 73,
+                "test_kit.py": 66, "test_mutants.py": 61, "test_deadlines.py": 37, "test_postgres.py": 34,
+                "test_exchange.py": 32, "test_devices.py": 24, "test_formgrader.py": 22, "test_initialisation.py": 22,
+                "test_selfcheck.py": 18, "test_ch8_cheats.py": 17, "test_malformed_class.py": 15, "test_dask.py": 12,
+                "test_book_walk.py": 7, "test_report.py": 7, "test_export.py": 6, "test_active_content.py": 5,
+                "test_ch9_cheats.py": 5, "test_book.py": 4, "test_grade_one.py": 4, "test_trust.py": 4,
+                "test_verdict_properties.py": 4}
 
 
 @pytest.hookimpl(tryfirst=True)  # before -m deselects, so every collected test is checked

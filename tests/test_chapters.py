@@ -10,6 +10,8 @@ that a course graded without our engine is graded right.
 """
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from attention_course.cells import is_graded_run
@@ -128,3 +130,34 @@ def test_isolated_engine_agrees_with_stock_cell_by_cell(graded):
                 disagree += [f"{chapter} {student} {cell}: stock {s}, engine {ours['cells'][cell]['score']}"
                              for cell, (s, _) in stock.items() if ours["cells"][cell]["score"] != s]
     assert not disagree, "\n".join(disagree)
+
+
+@pytest.mark.unit
+def test_stock_kernels_inherit_the_suites_environment(monkeypatch):
+    """The nbgrader process hands its kernels the suite's environment plus the course's: a kernel that lost
+    OMP_NUM_THREADS=1 ran torch on every core, and two of them spinning against each other took 2.5x the CPU."""
+    import nbgrader.apps.nbgraderapp
+
+    from . import nbgrader_many
+
+    seen = {}
+
+    class App:  # stands in for nbgrader's application: records the environment its kernels would inherit
+        def initialize(self, argv):
+            pass
+
+        def init_logging(self, *args, **kwargs):
+            pass
+
+        def start(self):
+            seen.update(os.environ)
+
+        def reset(self):
+            pass
+
+    monkeypatch.setattr(nbgrader.apps.nbgraderapp.NbGraderApp, "instance", classmethod(lambda cls: App()))
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    assert nbgrader_many.run(str(COURSE.root), ["autograde", "x"]) == (0, "")
+    assert seen.get("OMP_NUM_THREADS") == "1"
+    assert seen.get("JUPYTER_CONFIG_PATH") == str(COURSE.root / "autograder")
+    assert os.environ["OMP_NUM_THREADS"] == "1"  # and the caller's environment is back
