@@ -7,7 +7,6 @@ nothing here holds solution code of its own.
 """
 from __future__ import annotations
 
-import copy
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -64,7 +63,7 @@ def with_mistakes(course: Course, chapter: str, mistakes: list[Mistake]) -> nbfo
     cells = [m.cell for m in mistakes]
     if len(set(cells)) != len(cells):
         raise ValueError(f"two mistakes edit one solution cell: {sorted(c for c in set(cells) if cells.count(c) > 1)}")
-    nb = copy.deepcopy(reference(course, chapter))
+    nb = reference(course, chapter)  # a fresh notebook from disk: edited in place
     by_cell = {grade_id(c): c for c in nb.cells if is_solution(c)}
     for mistake in mistakes:
         cell = by_cell.get(mistake.cell)
