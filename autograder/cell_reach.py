@@ -4,7 +4,8 @@ A cell *uses* the free names it loads (a name it binds anywhere, a parameter, ``
 own); it *reaches*, for each name it uses, the latest earlier cell binding that name, and whatever that cell
 reaches. Whatever packs several broken functions into one notebook uses this to prove the broken functions cannot
 change what each other's failing cells compute: the mutants command (autograder/mutants.py), the shortcut lint
-(tests/test_shortcuts.py) and the stock-nbgrader mistake sample (tests/test_chapters.py).
+(tests/test_shortcuts.py) and the mistake catalogue's notebooks (tests/mistake_packing.py); the same proof lets them
+idle the cells no judged cell reaches (autograder/idling.py).
 """
 from __future__ import annotations
 

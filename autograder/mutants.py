@@ -33,7 +33,7 @@ checked by re-parsing: its syntax tree must be exactly the reference's tree with
 Grading (``grade_chapter``) packs mutants the way the shortcut lint packs shortcuts (tests/test_shortcuts.py):
 one mutant per solution cell per notebook, cells sharing a notebook only when neither's exercise tests can
 reach the other's code (autograder/cell_reach.py); every solution cell no judged cell reaches is idled
-(:func:`autograder.shortcuts.submission_of_many`'s stubs), so a notebook costs little more than the exercises
+(autograder/idling.py), so a notebook costs little more than the exercises
 it judges. A mutant is judged on its own exercise's graded test cells (those after its solution cell, up to
 the next one): *killed* when they lose points (a crash or a timeout loses them too), else *survived*, unless
 it is a documented *equivalent* (``EQUIVALENT``: a reason per mutant, or the class of device-only mutants,
@@ -668,20 +668,16 @@ def pack(mutants: list[Mutant], own: dict[str, list[str]], reach: dict[str, set[
 def submission(course: Course, chapter: str, bin_: list[Mutant], own: dict[str, list[str]],
                reach: dict[str, set[str]], solution_cells: list[str]) -> nbformat.NotebookNode:
     """The reference with each mutant's cell replaced and every cell no judged test reaches idled."""
-    from . import shortcuts, submissions
+    from . import idling, submissions
 
-    needed = {m.cell for m in bin_} | {c for m in bin_ for t in own[m.cell] for c in reach.get(t, set())}
-    idle = [c for c in solution_cells if c not in needed]
+    idle = idling.unreached(reach, solution_cells, judged=[t for m in bin_ for t in own[m.cell]],
+                            kept=[m.cell for m in bin_])
     nb = submissions.reference(course, chapter)
     by_cell = {m.cell: m for m in bin_}
     for cell in nb.cells:
-        if is_solution(cell):
-            gid = grade_id(cell)
-            if gid in by_cell:
-                cell.source = by_cell[gid].source
-            elif gid in idle:
-                cell.source = cell.source.rstrip("\n") + "\n\n\n" + shortcuts.idled(cell.source)
-    return nb
+        if is_solution(cell) and grade_id(cell) in by_cell:
+            cell.source = by_cell[grade_id(cell)].source
+    return idling.idle(nb, idle)
 
 
 def verdict(result: dict, cells: list[str]) -> str:

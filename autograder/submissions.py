@@ -15,6 +15,7 @@ import nbformat
 
 from attention_course.cells import grade_id, is_solution
 
+from . import idling
 from .course import Course
 
 
@@ -57,12 +58,16 @@ def with_mistake(course: Course, chapter: str, mistake: Mistake) -> nbformat.Not
     return with_mistakes(course, chapter, [mistake])
 
 
-def with_mistakes(course: Course, chapter: str, mistakes: list[Mistake]) -> nbformat.NotebookNode:
+def with_mistakes(course: Course, chapter: str, mistakes: list[Mistake],
+                  idle: frozenset[str] = frozenset()) -> nbformat.NotebookNode:
     """The reference with every mistake applied, each to its own solution cell (two in one cell would not be the
-    catalogue's mistakes any more); every other cell is the reference's."""
+    catalogue's mistakes any more); every other cell is the reference's, idled where named in ``idle``
+    (autograder/idling.py: only for cells the caller has proved no judged cell reaches)."""
     cells = [m.cell for m in mistakes]
     if len(set(cells)) != len(cells):
         raise ValueError(f"two mistakes edit one solution cell: {sorted(c for c in set(cells) if cells.count(c) > 1)}")
+    if idle & set(cells):
+        raise ValueError(f"solution cells {sorted(idle & set(cells))} carry a mistake and cannot be idle")
     nb = reference(course, chapter)  # a fresh notebook from disk: edited in place
     by_cell = {grade_id(c): c for c in nb.cells if is_solution(c)}
     for mistake in mistakes:
@@ -74,7 +79,7 @@ def with_mistakes(course: Course, chapter: str, mistakes: list[Mistake]) -> nbfo
             raise ValueError(f"mistake {mistake.id}: its `find` text occurs {count} times in cell "
                              f"{mistake.cell} (must be exactly once)")
         cell.source = cell.source.replace(mistake.find, mistake.replace)
-    return nb
+    return idling.idle(nb, idle)
 
 
 def write_submission(course: Course, student: str, chapter: str, nb: nbformat.NotebookNode) -> Path:

@@ -8,6 +8,12 @@ then fails for its own mistake alone, and its symptom is asserted there.
 """
 from __future__ import annotations
 
+import functools
+
+import nbformat
+
+from attention_course.cells import grade_id, is_solution
+from autograder import idling
 from autograder.cell_reach import reach as reach_of
 
 
@@ -38,3 +44,18 @@ def packed(course, chapter: str, mistakes) -> list[list]:
         else:
             home.append(m)
     return bins
+
+
+@functools.cache
+def _layout(course, chapter: str) -> tuple[dict[str, set[str]], tuple[str, ...]]:
+    """(what each cell reaches, the solution cells in order) of the chapter's source, read once."""
+    nb = nbformat.read(course.source_notebook(chapter), as_version=4)
+    return reach_of(course, chapter), tuple(grade_id(c) for c in nb.cells if is_solution(c))
+
+
+def idle(course, chapter: str, mistakes) -> frozenset[str]:
+    """The solution cells that none of the cells ``mistakes`` should fail can reach, and that carry none of them:
+    idled (autograder/idling.py) in a notebook that judges only those cells."""
+    reach, solution_cells = _layout(course, chapter)
+    return idling.unreached(reach, solution_cells, judged=[c for m in mistakes for c in m.fails],
+                            kept=[m.cell for m in mistakes])

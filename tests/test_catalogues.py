@@ -10,7 +10,7 @@ from autograder import submissions
 from autograder.course import Course
 
 from .conftest import course_with_engine
-from .mistake_packing import packed
+from .mistake_packing import idle, packed
 
 COURSE = Course()
 CHAPTERS = COURSE.chapters()
@@ -43,9 +43,11 @@ def test_reference_full_marks_and_blank_zero(course_engine, chapter):
 
 
 # The whole catalogue, packed: mistakes that cannot interfere share a notebook (tests/mistake_packing.py), 207
-# mistakes in 110 notebooks. Every other solution cell keeps the reference's code: idling the cells no failing
-# cell reaches (as the shortcut lint does) would save a third more, but the engine's feedback does not show an
-# exception's text, so nothing here could tell a failure caused by an idled cell from the mistake's own.
+# mistakes in 110 notebooks. Only the cells the notebook's mistakes should fail are judged, so the solution cells
+# none of them can reach are idled (autograder/idling.py), as the shortcut lint and the mutants command do: in
+# chapter 8, 18 of 24 notebooks no longer train a Transformer that nobody judges. Idling cannot make a mistake pass
+# here: a judged cell must score 0 *and* name the mistake's symptom, and a cell stopped by an idled function
+# would name none (the grader seeds each test cell itself, so idling does not move the random numbers either).
 PACKED = {ch: packed(COURSE, ch, submissions.load_mistakes(COURSE, ch)) for ch in CHAPTERS}
 
 
@@ -70,7 +72,7 @@ def graded_mistakes(course_engine):
         if (chapter, mistake_id) not in out:
             for i, bin_ in enumerate(PACKED[chapter]):
                 result = _grade(course, engine, f"mistakes-{i}", chapter,
-                                submissions.with_mistakes(course, chapter, bin_))
+                                submissions.with_mistakes(course, chapter, bin_, idle=idle(COURSE, chapter, bin_)))
                 out.update({(chapter, m.id): result for m in bin_})
         return out[(chapter, mistake_id)]
     return of

@@ -12,7 +12,7 @@ import nbformat
 import pytest
 
 from attention_course.cells import grade_id, is_graded_test, is_solution
-from autograder import mutants, shortcuts, submissions
+from autograder import idling, mutants, shortcuts, submissions
 from autograder.course import Course
 from autograder.trusted import is_hidden
 
@@ -66,11 +66,11 @@ PACKED = {ch: packed(ch) for ch in CHAPTERS}
 
 
 def idle(chapter: str, bin_) -> frozenset[str]:
-    """The solution cells no judged cell of the notebook can reach: stubbed out, so a chapter's training run
-    costs nothing in the notebooks that do not judge it (the keyed shortcut keeping its visible points in
-    every notebook is the check that the stubs never reach a judged cell)."""
-    needed = {t.cell for t, _ in bin_} | {c for t, _ in bin_ for own in OWN[(chapter, t)] for c in REACH[chapter][own]}
-    return frozenset(c for c in SOLUTION_CELLS[chapter] if c not in needed)
+    """The solution cells no judged cell of the notebook can reach: stubbed out (autograder/idling.py), so a
+    chapter's training run costs nothing in the notebooks that do not judge it (the keyed shortcut keeping its
+    visible points in every notebook is the check that the stubs never reach a judged cell)."""
+    return idling.unreached(REACH[chapter], SOLUTION_CELLS[chapter], judged=[c for t, _ in bin_ for c in OWN[(chapter, t)]],
+                            kept=[t.cell for t, _ in bin_])
 
 
 CASES = [(ch, t.name, kind) for ch in CHAPTERS for t in TARGETS[ch] for kind in shortcuts.KINDS]
