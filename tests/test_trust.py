@@ -152,6 +152,19 @@ def test_yes_no_questions_keep_their_answer_out_of_the_kernel():
     assert graded.count("\n") == YES_NO_TEST.count("\n")  # lines stay where they were
 
 
+@pytest.mark.unit
+def test_a_remembered_rewrite_is_the_same_and_each_caller_owns_its_sites():
+    """Rewrites are memoised per text (every notebook of a class carries the same test cells): a caller that
+    changes the sites it got cannot change what the next notebook gets, and an edited cell is rewritten anew."""
+    first, sites = trusted.rewrite_test_cell(YES_NO_TEST, "grade", {2})
+    sites[1] = "forged"
+    again, sites_again = trusted.rewrite_test_cell(YES_NO_TEST, "grade", frozenset({2}))
+    assert again == first and sites_again == {1: "equals", 2: "equals", 3: "equals", 4: "true"}
+    assert trusted.rewrite_test_cell(YES_NO_TEST, "grade")[0] != first  # keep_want is part of the key
+    edited, _ = trusted.rewrite_test_cell(YES_NO_TEST.replace("is_even(3)", "is_even(7)"), "grade", {2})
+    assert "is_even(7)" in edited
+
+
 # -- feedback carries trusted text only -------------------------------------------------------------------
 
 
