@@ -580,6 +580,24 @@ EQUIVALENT: dict[str, str] = {
         "nonzero as probe, so exactly the same gradient entries are zero",
     "train_transformer:26:delete:aef4b1d6b7":
         "only the progress bar's label: nothing returned or stored depends on it",
+    # Chapter 10: the end of lr_at's schedule, and sample's renormalisation, which torch.multinomial does itself
+    # (tests/test_mutants.py probes them).
+    "lr_at:10:compare:18feb509da":
+        "step >= total_steps instead of step > total_steps: at step == total_steps the cosine already returns "
+        "min_lr exactly (progress 1.0, math.cos(math.pi) == -1.0, min_lr + 0.5 * (max_lr - min_lr) * 0.0); the two "
+        "differ only when total_steps == warmup_steps, where the docstring's cosine would start at max_lr and end at "
+        "min_lr on the same step, a schedule it does not define",
+    "lr_at:12:dim:f41ce81180":
+        "max(total_steps - warmup_steps, 0) instead of 1: the division is reached only with warmup_steps <= step "
+        "<= total_steps, so on every schedule the docstring defines (total_steps > warmup_steps) the divisor is at "
+        "least 1 either way",
+    "sample:24:arith:52edfa1800":
+        "the nucleus's weights multiplied by their row's sum instead of divided: one positive factor per row, and "
+        "torch.multinomial draws from weights / weights.sum() whatever their scale (the probe's seeded draws are "
+        "identical)",
+    "sample:24:delete:2d01aac641":
+        "the renormalisation left out: torch.multinomial takes weights that do not sum to 1 and normalises them "
+        "itself (the probe's seeded draws are identical)",
 }
 
 DEVICE_REASON = ("moves data between devices only: the engine grades on the CPU, where every tensor is on the one "

@@ -427,32 +427,55 @@ CHAPTER_8_PROBES = {
 PROBES.update(CHAPTER_8_PROBES)
 
 
+# Chapter 10: lr_at on every schedule its docstring defines (total_steps > warmup_steps >= 1), and sample with every
+# option on random rows and on rows whose nucleus boundary falls exactly on top_p.
+def _probe_lr_at(ns):
+    for peak, floor in [(1e-2, 1e-3), (1.0, 0.0), (3e-4, 3e-4), (0.5, 0.25)]:
+        for warm in (1, 2, 5):
+            for total in (warm + 1, warm + 2, warm + 7, 40):
+                yield [ns["lr_at"](s, peak, floor, warm, total) for s in range(total + 4)]
+
+
+def _probe_sample(ns):
+    import torch
+
+    g = torch.Generator().manual_seed(12)
+    for B, V in [(1, 2), (3, 7), (8, 30)]:
+        for dtype in (torch.float64, torch.float32):
+            logits = (2.0 * torch.randn(B, V, generator=g, dtype=torch.float64)).to(dtype)
+            for temperature, top_k, top_p in [(1.0, None, None), (0.7, None, 0.9), (1.3, 2, 0.5), (1.0, None, 0.5),
+                                              (2.0, 2, None), (0.5, None, 0.2)]:
+                gen = torch.Generator().manual_seed(B * V)
+                yield torch.stack([ns["sample"](logits, temperature=temperature, top_k=top_k, top_p=top_p, generator=gen)
+                                   for _ in range(50)])
+    yield ns["sample"](torch.zeros(400, 4, dtype=torch.float64), top_p=0.5, generator=torch.Generator().manual_seed(1))
+
+
+CHAPTER_10_PROBES = {
+    "lr_at:10:compare:18feb509da": ("10_language_model", _probe_lr_at),
+    "lr_at:12:dim:f41ce81180": ("10_language_model", _probe_lr_at),
+    "sample:24:arith:52edfa1800": ("10_language_model", _probe_sample),
+    "sample:24:delete:2d01aac641": ("10_language_model", _probe_sample),
+}
+PROBES.update(CHAPTER_10_PROBES)
+
+
 @pytest.mark.notebooks  # runs the chapter's code (mutants.namespace): seconds each, not the inner loop
 @pytest.mark.parametrize("equivalent,killed", [
     ("depends_on_future:21:arith:8c0b0f6cc0", "depends_on_future:23:bounds:e806010b8e"),  # a one-step leak missed
     ("depends_on_future:13:drop:dfd648d0ff", "depends_on_future:13:drop:b78c079ae0"),  # fn given x itself
     ("train_transformer:26:delete:aef4b1d6b7", "train_transformer:20:compare:cc4926f42e"),  # the mask inverted
-])
-def test_chapter_8_probes_tell_a_real_slip_from_the_reference(equivalent, killed):
-    """Each chapter-8 probe can fail: it sees a mutant of the same function that the engine kills."""
-    chapter, probe = CHAPTER_8_PROBES[equivalent]
-    (m,) = [m for m in mutants.generate(COURSE, chapter) if m.id == killed]
-    reference = list(probe(mutants.namespace(COURSE, chapter)))
-    mutated = list(probe(mutants.namespace(COURSE, chapter, {m.cell: m.source})))
-    assert len(reference) != len(mutated) or any(not _same(a, b) for a, b in zip(reference, mutated))
-
-
-@pytest.mark.notebooks  # runs the chapter's code (mutants.namespace): seconds each, not the inner loop
-@pytest.mark.parametrize("equivalent,killed", [
     ("online_softmax:30:bounds:8b6d393d92", "online_softmax:17:constant:886be31401"),  # running max started at 0
     ("tiled_attention:37:arith:eecc28a0e0", "tiled_attention:37:compare:6bfbbc1114"),  # the diagonal tile skipped
     ("flash_attention:33:arith:2b97ea97ad", "flash_attention:33:compare:09ff6e4c68"),  # the same, in backward
     ("kv_cache:51:compare:9133bbc25e", "kv_cache:54:compare:21bde98501"),  # a position hidden from itself
     ("generate:23:bounds:05076ac92c", "generate:29:arith:1381958b3b"),  # new tokens at the wrong positions
+    ("lr_at:10:compare:18feb509da", "lr_at:13:constant:594a280546"),  # the cosine's amplitude doubled
+    ("sample:24:delete:2d01aac641", "sample:22:compare:acb0e64fe4"),  # a token past an exact nucleus boundary
 ])
-def test_chapter_9_probes_tell_a_real_slip_from_the_reference(equivalent, killed):
-    """Each chapter-9 probe can fail: it sees a mutant of the same function that the engine kills."""
-    chapter, probe = CHAPTER_9_PROBES[equivalent]
+def test_each_probe_tells_a_real_slip_from_the_reference(equivalent, killed):
+    """Each chapter's probe can fail: it sees a mutant of the same function that the engine kills."""
+    chapter, probe, *_ = PROBES[equivalent]
     (m,) = [m for m in mutants.generate(COURSE, chapter) if m.id == killed]
     reference = list(probe(mutants.namespace(COURSE, chapter)))
     try:
