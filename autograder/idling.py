@@ -36,9 +36,14 @@ def idled(source: str) -> str:
             + "".join(f"{name} = __idle__\n" for name in names))
 
 
-def idle(nb: nbformat.NotebookNode, cells: Iterable[str]) -> nbformat.NotebookNode:
-    """``nb`` (edited in place) with each solution cell named in ``cells`` idled."""
+def idle(nb: nbformat.NotebookNode, cells: Iterable[str], carrying: Iterable[str] = (),
+         what: str = "change") -> nbformat.NotebookNode:
+    """``nb`` (edited in place) with each solution cell named in ``cells`` idled; ``carrying``: the cells that hold
+    what the notebook is about (a ``what``: mistake, mutant, shortcut), which must never be idle."""
     cells = set(cells)
+    clash = cells & set(carrying)
+    if clash:
+        raise ValueError(f"solution cells {sorted(clash)} carry a {what} and cannot be idle")
     missing = cells - {grade_id(c) for c in nb.cells if is_solution(c)}
     if missing:
         raise ValueError(f"no solution cell {sorted(missing)} to idle")

@@ -695,7 +695,7 @@ def submission(course: Course, chapter: str, bin_: list[Mutant], own: dict[str, 
     for cell in nb.cells:
         if is_solution(cell) and grade_id(cell) in by_cell:
             cell.source = by_cell[grade_id(cell)].source
-    return idling.idle(nb, idle)
+    return idling.idle(nb, idle, carrying=by_cell, what="mutant")
 
 
 def verdict(result: dict, cells: list[str]) -> str:

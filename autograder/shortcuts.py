@@ -90,10 +90,7 @@ def submission_of_many(course: Course, chapter: str, shortcuts: list[tuple[Targe
         if kind not in KINDS:
             raise ValueError(f"unknown shortcut kind {kind!r} (one of {', '.join(KINDS)})")
     nb = submissions.reference(course, chapter)
-    clash = idle & {t.cell for t, _ in shortcuts}
-    if clash:
-        raise ValueError(f"solution cells {sorted(clash)} carry a shortcut and cannot be idle")
-    missing = ({t.cell for t, _ in shortcuts} | idle) - {grade_id(c) for c in nb.cells if is_solution(c)}
+    missing = {t.cell for t, _ in shortcuts} - {grade_id(c) for c in nb.cells if is_solution(c)}
     if missing:
         raise ValueError(f"no solution cell {sorted(missing)} in {chapter}")
     source = nbformat.read(course.source_notebook(chapter), as_version=4)
@@ -111,7 +108,7 @@ def submission_of_many(course: Course, chapter: str, shortcuts: list[tuple[Targe
                     + runtime + "".join(f"\n_install(globals(), {t.name!r}, {k!r})" for t, k in mine) + "\n"
         cells.append(cell)
     nb.cells = cells
-    return idling.idle(nb, idle)
+    return idling.idle(nb, idle, carrying={t.cell for t, _ in shortcuts}, what="shortcut")
 
 
 def _install(namespace, target, kind):

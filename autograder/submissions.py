@@ -66,8 +66,6 @@ def with_mistakes(course: Course, chapter: str, mistakes: list[Mistake],
     cells = [m.cell for m in mistakes]
     if len(set(cells)) != len(cells):
         raise ValueError(f"two mistakes edit one solution cell: {sorted(c for c in set(cells) if cells.count(c) > 1)}")
-    if idle & set(cells):
-        raise ValueError(f"solution cells {sorted(idle & set(cells))} carry a mistake and cannot be idle")
     nb = reference(course, chapter)  # a fresh notebook from disk: edited in place
     by_cell = {grade_id(c): c for c in nb.cells if is_solution(c)}
     for mistake in mistakes:
@@ -79,7 +77,7 @@ def with_mistakes(course: Course, chapter: str, mistakes: list[Mistake],
             raise ValueError(f"mistake {mistake.id}: its `find` text occurs {count} times in cell "
                              f"{mistake.cell} (must be exactly once)")
         cell.source = cell.source.replace(mistake.find, mistake.replace)
-    return idling.idle(nb, idle)
+    return idling.idle(nb, idle, carrying=cells, what="mistake")
 
 
 def write_submission(course: Course, student: str, chapter: str, nb: nbformat.NotebookNode) -> Path:
