@@ -167,7 +167,7 @@ def set_deadlines(db_url: str, chapter: str, due: _dt.datetime | None = None,
     from .gradebook import GradebookWriter
 
     done = []
-    # The writer opens nbgrader's Gradebook as grading does (alembic on PATH for a new one, WAL, clear errors).
+    # The writer opens nbgrader's Gradebook as grading does (a new one made in-process, WAL, clear errors).
     with GradebookWriter(db_url, policy=Policy()) as writer:
         gb = writer.gb
         if due is not None:

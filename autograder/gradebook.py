@@ -26,7 +26,6 @@ import json
 import os
 import random
 import sqlite3
-import sys
 import time
 from pathlib import Path
 
@@ -38,6 +37,7 @@ from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 
 from attention_course.cells import grade_id, nbgrader_meta
 
+from . import new_gradebook
 from .results import GradingResult, Late
 
 # Must match c.CourseDirectory.course_id in autograder/nbgrader_config.py.
@@ -101,6 +101,22 @@ def _prepare_sqlite(db_url: str) -> str:
     return url.render_as_string(hide_password=False)
 
 
+def _add_course(db_url: str, course_id: str) -> None:
+    """Add the course's row if it is missing. nbgrader's Gradebook adds it too, but two writers opening a new
+    gradebook at once both try, and the loser gets an error it logs with a traceback; here the loser's
+    IntegrityError is retried (``_retry``) and then finds the row."""
+    from nbgrader.api import Course
+    from sqlalchemy import create_engine
+
+    engine = create_engine(db_url)
+    try:
+        with engine.begin() as con:
+            if con.execute(select(Course.id).where(Course.id == course_id)).first() is None:
+                con.execute(insert(Course.__table__).values(id=course_id))
+    finally:
+        engine.dispose()
+
+
 def is_sqlite(db_url: str) -> bool:
     return make_url(db_url).get_backend_name() == "sqlite"
 
@@ -112,16 +128,16 @@ class GradebookWriter:
         self.db_url = db_url
         # The late-penalty policy (autograder/deadlines.py); None: the repository course's, loaded on first use.
         self._policy = policy
-        # nbgrader runs `alembic` (installed beside this interpreter) when it creates a new gradebook.
-        bindir = str(Path(sys.executable).parent)
-        if bindir not in os.environ.get("PATH", "").split(os.pathsep):
-            os.environ["PATH"] = os.pathsep.join([bindir, os.environ.get("PATH", "")])
         try:
             if is_sqlite(db_url):
                 _check_writable(db_url)
                 url = _prepare_sqlite(db_url)
             else:
                 url = db_url
+            # A new gradebook gets nbgrader's schema here, so nbgrader's Gradebook only opens it and never
+            # starts its `alembic heads` process (autograder/new_gradebook.py).
+            self._retry(lambda: new_gradebook.create(url), fresh_session=False)
+            self._retry(lambda: _add_course(url, course_id), fresh_session=False)
             self.gb = self._retry(lambda: Gradebook(url, course_id=course_id), fresh_session=False)
         except GradebookUnavailable:
             raise

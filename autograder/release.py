@@ -25,6 +25,7 @@ import nbformat
 from attention_course.cells import is_graded_test, is_solution
 from attention_course.expected import execute_notebook
 
+from . import new_gradebook
 from .course import Course
 
 WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
@@ -83,6 +84,7 @@ def generate(course: Course, chapters: list[str], out_dir: Path, db_url: str) ->
             src = tmp / "source" / chapter
             shutil.copytree(course.solutions / chapter, src)
             nbformat.write(execute_source(course, chapter), src / f"{chapter}.ipynb")
+        new_gradebook.create(db_url)  # else nbgrader starts an `alembic` process to make a new one
         cmd = [sys.executable, "-m", "nbgrader", "generate_assignment", "*", "--force",
                f"--CourseDirectory.root={tmp}", "--CourseDirectory.source_directory=source",
                "--CourseDirectory.release_directory=release", f"--CourseDirectory.db_url={db_url}",

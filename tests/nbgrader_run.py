@@ -14,12 +14,16 @@ from autograder.course import Course
 
 def copy_course(tmp: Path) -> Course:
     """A throwaway copy of the course with the cached reference profiles (nbgrader's kernels look reference
-    values up in them instead of re-running the reference)."""
+    values up in them instead of re-running the reference) and an empty gradebook, as nbgrader would make it
+    (autograder/new_gradebook.py: nbgrader's own takes an `alembic` process of 2 CPU seconds per copy)."""
+    from autograder import new_gradebook
+
     from .conftest import copy_reference_cache
 
     course = Course().copy_to(tmp)
     course.grading.mkdir(exist_ok=True)
     copy_reference_cache(course.root)
+    new_gradebook.create(course.db_url)
     return course
 
 
