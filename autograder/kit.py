@@ -143,9 +143,13 @@ def build_wheel(course: Course, references: dict[str, dict], out: Path) -> Path:
     grader, for the instructors' editable install) nor a stray file next to the package ends up in the kit."""
     config = tomllib.loads((course.root / "pyproject.toml").read_text())
     project = config["project"]
-    # The package's own data files as the repository's packaging lists them (one owner: chapter 10's corpus), and
-    # the self-check's reference outputs, which only the kit's wheel carries.
-    package_data = ["reference/*.json", *config["tool"]["setuptools"]["package-data"]["attention_course"]]
+    # attention_course's packages and data files as the repository's packaging lists them (one owner: chapter 10's
+    # corpus), and the self-check's reference outputs, which only the kit's wheel carries.
+    setuptools = config["tool"]["setuptools"]
+    ours = lambda name: name.split(".")[0] == "attention_course"  # noqa: E731
+    packages = [p for p in setuptools["packages"] if ours(p)] + ["attention_course.reference"]
+    package_data = {p: files for p, files in setuptools["package-data"].items() if ours(p)}
+    package_data["attention_course.reference"] = ["*.json"]
     with tempfile.TemporaryDirectory(prefix="kit-wheel-") as tmp:
         src = Path(tmp) / "src"
         shutil.copytree(course.root / "attention_course", src / "attention_course",
@@ -158,8 +162,8 @@ def build_wheel(course: Course, references: dict[str, dict], out: Path) -> Path:
             '[build-system]\nrequires = ["setuptools>=64"]\nbuild-backend = "setuptools.build_meta"\n\n'
             f'[project]\nname = "{project["name"]}"\nversion = "{project["version"]}"\n'
             f'description = "{project["description"]}"\nrequires-python = "{project["requires-python"]}"\n\n'
-            '[tool.setuptools]\npackages = ["attention_course"]\n\n'
-            f'[tool.setuptools.package-data]\nattention_course = {json.dumps(package_data)}\n')
+            f'[tool.setuptools]\npackages = {json.dumps(packages)}\n\n[tool.setuptools.package-data]\n'
+            + "".join(f'"{p}" = {json.dumps(files)}\n' for p, files in package_data.items()))
         out.mkdir(parents=True, exist_ok=True)
         cmd = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "-w", str(out), str(src)]
         if _can_build_here():

@@ -106,6 +106,19 @@ def _texts(kit_root: Path) -> dict[str, str]:
 
 
 @pytest.mark.unit
+def test_the_repositorys_packaging_lists_every_folder_it_ships():
+    """``pip install .`` (not editable) installs the folders pyproject lists and nothing else: autograder/sandbox,
+    left out, was missing from such an install, and the corpus folder, not listed, made setuptools warn."""
+    tracked = subprocess.run(["git", "ls-files", "attention_course", "autograder"], cwd=COURSE.root,
+                             capture_output=True, text=True, check=True).stdout.split()
+    if not tracked:
+        pytest.fail("git lists no file of attention_course or autograder: not a checkout?")
+    folders = {".".join(Path(f).parent.parts) for f in tracked}
+    listed = tomllib.loads((COURSE.root / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
+    assert sorted(listed) == sorted(folders)
+
+
+@pytest.mark.unit
 def test_kit_holds_the_releases_one_wheel_requirements_and_a_readme_only(kit_dir):
     files = sorted(str(p.relative_to(kit_dir)) for p in kit_dir.rglob("*") if p.is_file())
     wanted = sorted([f"chapters/{c}/{c}.ipynb" for c in CHAPTERS] + ["README.md", "requirements.txt",

@@ -3,8 +3,9 @@
 The course's own text for chapter 10's character-level language model. Every sentence pattern, name and place
 below was written for this course; a seeded random generator picks among them, so the log is varied but regular
 (dates, weather, trains, passengers, small events), which is what a tiny model can learn in a minute.
-Deterministic: ``python attention_course/data/make_corpus.py`` rewrites the same file byte for byte.
-Not part of the learner package (only ``data/*.txt`` is shipped); kept so the text can be remade or extended.
+Deterministic: ``python scripts/make_corpus.py`` rewrites ``attention_course/data/saltmarsh_line.txt`` byte for
+byte. A maintainer's tool, kept out of the package (which ships only ``data/*.txt``) so the text can be remade or
+extended.
 """
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import random
 from pathlib import Path
 
 SEED = 1921
-OUT = Path(__file__).with_name("saltmarsh_line.txt")
+OUT = Path(__file__).resolve().parent.parent / "attention_course" / "data" / "saltmarsh_line.txt"
 
 PREFACE = """THE LOG BOOK OF THE SALTMARSH LIGHT RAILWAY
 
