@@ -91,11 +91,19 @@ def _prepare_sqlite(db_url: str) -> str:
         return db_url
     path = Path(url.database)
     path.parent.mkdir(parents=True, exist_ok=True)
-    con = sqlite3.connect(path, timeout=60)
-    try:
-        con.execute("PRAGMA journal_mode=WAL")
-    finally:
-        con.close()
+    for attempt in range(RETRIES):
+        con = sqlite3.connect(path, timeout=60)
+        try:
+            con.execute("PRAGMA journal_mode=WAL")
+            break
+        except sqlite3.OperationalError as err:
+            # Switching to WAL needs the file to itself; several runs starting on one new gradebook at once
+            # get "database is locked" here without waiting on the busy timeout.
+            if ("locked" not in str(err) and "busy" not in str(err)) or attempt == RETRIES - 1:
+                raise
+            time.sleep(min(2.0, 0.05 * 2 ** attempt) * (0.5 + random.random()))
+        finally:
+            con.close()
     if "timeout" not in url.query:
         url = url.update_query_dict({"timeout": "60"})
     return url.render_as_string(hide_password=False)
@@ -108,6 +116,8 @@ def _add_course(db_url: str, course_id: str) -> None:
     from nbgrader.api import Course
     from sqlalchemy import create_engine
 
+    if new_gradebook.in_memory(db_url):
+        return  # a separate connection would see another database: nbgrader's Gradebook adds it there
     engine = create_engine(db_url)
     try:
         with engine.begin() as con:

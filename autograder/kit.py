@@ -147,9 +147,11 @@ def build_wheel(course: Course, references: dict[str, dict], out: Path) -> Path:
     # corpus), and the self-check's reference outputs, which only the kit's wheel carries.
     setuptools = config["tool"]["setuptools"]
     ours = lambda name: name.split(".")[0] == "attention_course"  # noqa: E731
-    packages = [p for p in setuptools["packages"] if ours(p)] + ["attention_course.reference"]
+    packages = [p for p in setuptools["packages"] if ours(p)]
     package_data = {p: files for p, files in setuptools["package-data"].items() if ours(p)}
-    package_data["attention_course.reference"] = ["*.json"]
+    if references:  # a kit of no chapter has no reference folder to list
+        packages.append("attention_course.reference")
+        package_data["attention_course.reference"] = ["*.json"]
     with tempfile.TemporaryDirectory(prefix="kit-wheel-") as tmp:
         src = Path(tmp) / "src"
         shutil.copytree(course.root / "attention_course", src / "attention_course",

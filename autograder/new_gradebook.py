@@ -16,7 +16,7 @@ import functools
 import os
 from pathlib import Path
 
-from sqlalchemy import create_engine, inspect, text
+from sqlalchemy import create_engine, event, inspect, text
 from sqlalchemy.engine import make_url
 
 
@@ -32,20 +32,40 @@ def alembic_head() -> str:
     return heads[0]
 
 
+def in_memory(db_url: str) -> bool:
+    """An in-memory SQLite database lives in one connection: nothing made in another one would be seen."""
+    url = make_url(db_url)
+    return url.get_backend_name() == "sqlite" and url.database in (None, "", ":memory:")
+
+
 def create(db_url: str) -> bool:
     """Give the database at ``db_url`` nbgrader's empty schema if it has no tables; True if it was created.
 
-    Safe against a concurrent creator: the tables and the stamp commit together, and a creator that loses the
-    race gets the database's error (``already exists``, ``locked``), which callers retry (gradebook.py)."""
+    The tables and the stamp commit together, so no one ever sees a gradebook with some tables or without its
+    stamp. On SQLite that needs the write lock from the start (``BEGIN IMMEDIATE``; Python's sqlite3 would
+    otherwise commit each CREATE TABLE on its own): a second creator waits for the lock, then finds the tables.
+    Elsewhere (PostgreSQL) DDL is transactional; a creator that loses the race gets the database's error
+    (``already exists``), which callers retry (gradebook.py). An in-memory database is left to nbgrader."""
     from nbgrader.api import Base
 
     url = make_url(db_url)
-    if url.get_backend_name() == "sqlite" and url.database and url.database != ":memory:":
+    if in_memory(db_url):
+        return False
+    sqlite = url.get_backend_name() == "sqlite"
+    if sqlite:
         Path(url.database).parent.mkdir(parents=True, exist_ok=True)
     engine = create_engine(url)
+    if sqlite:
+        @event.listens_for(engine, "connect")
+        def _driver_leaves_transactions_to_us(dbapi_connection, record):
+            dbapi_connection.isolation_level = None
+
+        @event.listens_for(engine, "begin")
+        def _take_the_write_lock(connection):
+            connection.exec_driver_sql("BEGIN IMMEDIATE")
     try:
         with engine.begin() as con:
-            if inspect(con).get_table_names():
+            if inspect(con).get_table_names():  # looked at under the lock on SQLite
                 return False
             Base.metadata.create_all(bind=con)
             # nbgrader's own statements (nbgrader.api.Gradebook.__init__), so the stamp is byte for byte the same

@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import sqlite3
 import sys
-import threading
 from pathlib import Path
 
 import nbgrader.api
@@ -62,25 +61,57 @@ def test_a_missing_folder_is_made(tmp_path, monkeypatch):
     assert _schema(db)[1] == [(new_gradebook.alembic_head(),)]
 
 
-def test_writers_that_race_to_create_one_gradebook_all_open_it(tmp_path, monkeypatch):
-    """Four writers open the same new gradebook at once (parallel grading runs): each one either creates it or
-    waits and opens the one another created; the stamp is written once."""
+def test_the_tables_and_the_stamp_commit_together(tmp_path, monkeypatch):
+    """A creation that fails before its stamp leaves no table behind (Python's sqlite3 would have committed each
+    CREATE TABLE on its own), so the next writer creates the whole gradebook."""
     _no_alembic(monkeypatch)
-    url = f"sqlite:///{tmp_path / 'gradebook.db'}"
-    start, errors = threading.Barrier(4), []
+    db = tmp_path / "gradebook.db"
+    monkeypatch.setattr(new_gradebook, "alembic_head", lambda: (_ for _ in ()).throw(OSError("interrupted")))
+    with pytest.raises(OSError):
+        new_gradebook.create(f"sqlite:///{db}")
+    with sqlite3.connect(db) as con:
+        assert con.execute("SELECT name FROM sqlite_master").fetchall() == []
+    monkeypatch.undo()
+    _no_alembic(monkeypatch)
+    assert new_gradebook.create(f"sqlite:///{db}") is True
 
-    def open_it():
-        start.wait()
-        try:
-            with GradebookWriter(url):
-                pass
-        except Exception as exc:  # reported below with the others
-            errors.append(repr(exc))
 
-    threads = [threading.Thread(target=open_it) for _ in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors
-    assert _schema(tmp_path / "gradebook.db")[1] == [(new_gradebook.alembic_head(),)]
+def _open_writer(url, start, errors):
+    start.wait()
+    try:
+        with GradebookWriter(url):
+            pass
+    except Exception as exc:  # reported by the parent with the others
+        errors.put(repr(exc))
+
+
+def test_grading_runs_that_race_to_create_one_gradebook_all_open_it(tmp_path, monkeypatch):
+    """Six processes (six grading runs) open the same new gradebook at once, on five new gradebooks: each run
+    either creates it or waits for the lock and opens the one another created; every gradebook has one stamp."""
+    import multiprocessing
+
+    _no_alembic(monkeypatch)  # inherited by the forked runs
+    ctx = multiprocessing.get_context("fork")
+    errors = ctx.Queue()
+    for n in range(5):
+        url = f"sqlite:///{tmp_path / f'gradebook{n}.db'}"
+        start = ctx.Barrier(6)
+        runs = [ctx.Process(target=_open_writer, args=(url, start, errors)) for _ in range(6)]
+        for run in runs:
+            run.start()
+        for run in runs:
+            run.join(120)
+        assert [run.exitcode for run in runs] == [0] * 6
+        assert _schema(tmp_path / f"gradebook{n}.db")[1] == [(new_gradebook.alembic_head(),)]
+    found = []
+    while not errors.empty():
+        found.append(errors.get())
+    assert not found
+
+
+def test_an_in_memory_gradebook_still_opens(monkeypatch):
+    """``sqlite://`` lives in one connection, so it is left to nbgrader's Gradebook (and its alembic process)."""
+    monkeypatch.setenv("PATH", os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]]))
+    assert new_gradebook.create("sqlite://") is False
+    with GradebookWriter("sqlite://") as writer:
+        assert writer.gb.check_course("attention-from-scratch") is not None
