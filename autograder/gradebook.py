@@ -91,44 +91,40 @@ def _prepare_sqlite(db_url: str) -> str:
         return db_url
     path = Path(url.database)
     path.parent.mkdir(parents=True, exist_ok=True)
-    for attempt in range(RETRIES):
+
+    def switch_to_wal():
+        # WAL needs the file to itself: runs starting on one new gradebook at once get "database is locked" here
+        # without waiting on the busy timeout, so this is retried like any transaction.
         con = sqlite3.connect(path, timeout=60)
         try:
             con.execute("PRAGMA journal_mode=WAL")
-            break
-        except sqlite3.OperationalError as err:
-            # Switching to WAL needs the file to itself; several runs starting on one new gradebook at once
-            # get "database is locked" here without waiting on the busy timeout.
-            if ("locked" not in str(err) and "busy" not in str(err)) or attempt == RETRIES - 1:
-                raise
-            time.sleep(min(2.0, 0.05 * 2 ** attempt) * (0.5 + random.random()))
         finally:
             con.close()
+
+    retrying(switch_to_wal)
     if "timeout" not in url.query:
         url = url.update_query_dict({"timeout": "60"})
     return url.render_as_string(hide_password=False)
 
 
-def _add_course(db_url: str, course_id: str) -> None:
-    """Add the course's row if it is missing. nbgrader's Gradebook adds it too, but two writers opening a new
-    gradebook at once both try, and the loser gets an error it logs with a traceback; here the loser's
-    IntegrityError is retried (``_retry``) and then finds the row."""
-    from nbgrader.api import Course
-    from sqlalchemy import create_engine
-
-    if new_gradebook.in_memory(db_url):
-        return  # a separate connection would see another database: nbgrader's Gradebook adds it there
-    engine = create_engine(db_url)
-    try:
-        with engine.begin() as con:
-            if con.execute(select(Course.id).where(Course.id == course_id)).first() is None:
-                con.execute(insert(Course.__table__).values(id=course_id))
-    finally:
-        engine.dispose()
-
-
 def is_sqlite(db_url: str) -> bool:
     return make_url(db_url).get_backend_name() == "sqlite"
+
+
+def retrying(action, before_retry=None):
+    """Run ``action`` again, after a growing random pause, while it fails only because a concurrent writer got in
+    the way (a lock, a lost race on a unique key or a new table, a serialisation failure), at most RETRIES times."""
+    for attempt in range(RETRIES):
+        try:
+            return action()
+        except (OperationalError, IntegrityError, DBAPIError, sqlite3.OperationalError) as err:
+            if before_retry is not None:
+                before_retry()
+            transient = isinstance(err, IntegrityError) or any(
+                words in str(err) for words in ("locked", "busy", "could not serialize", "deadlock", "already exists"))
+            if not transient or attempt == RETRIES - 1:
+                raise
+            time.sleep(min(2.0, 0.05 * 2 ** attempt) * (0.5 + random.random()))
 
 
 class GradebookWriter:
@@ -146,8 +142,7 @@ class GradebookWriter:
                 url = db_url
             # A new gradebook gets nbgrader's schema here, so nbgrader's Gradebook only opens it and never
             # starts its `alembic heads` process (autograder/new_gradebook.py).
-            self._retry(lambda: new_gradebook.create(url), fresh_session=False)
-            self._retry(lambda: _add_course(url, course_id), fresh_session=False)
+            self._retry(lambda: new_gradebook.create(url, course_id), fresh_session=False)
             self.gb = self._retry(lambda: Gradebook(url, course_id=course_id), fresh_session=False)
         except GradebookUnavailable:
             raise
@@ -179,18 +174,9 @@ class GradebookWriter:
         self.close()
 
     def _retry(self, action, fresh_session: bool = True):
-        """Run ``action`` (one transaction) again when a concurrent writer got in the way."""
-        for attempt in range(RETRIES):
-            try:
-                return action()
-            except (OperationalError, IntegrityError, DBAPIError) as err:
-                if fresh_session:
-                    self.session.rollback()
-                transient = isinstance(err, IntegrityError) or "locked" in str(err) or "busy" in str(err) \
-                    or "could not serialize" in str(err) or "deadlock" in str(err) or "already exists" in str(err)
-                if not transient or attempt == RETRIES - 1:
-                    raise
-                time.sleep(min(2.0, 0.05 * 2 ** attempt) * (0.5 + random.random()))
+        """Run ``action`` (one transaction) again when a concurrent writer got in the way; with ``fresh_session``
+        the session is rolled back before each new try."""
+        return retrying(action, before_retry=self.session.rollback if fresh_session else None)
 
     def _add_isolation_column(self) -> None:
         """Gradebooks written before the isolation column existed get it (NULL for their old rows)."""

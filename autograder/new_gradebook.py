@@ -16,7 +16,7 @@ import functools
 import os
 from pathlib import Path
 
-from sqlalchemy import create_engine, event, inspect, text
+from sqlalchemy import create_engine, event, insert, inspect, text
 from sqlalchemy.engine import make_url
 
 
@@ -38,15 +38,18 @@ def in_memory(db_url: str) -> bool:
     return url.get_backend_name() == "sqlite" and url.database in (None, "", ":memory:")
 
 
-def create(db_url: str) -> bool:
-    """Give the database at ``db_url`` nbgrader's empty schema if it has no tables; True if it was created.
+def create(db_url: str, course_id: str | None = None) -> bool:
+    """Give the database at ``db_url`` nbgrader's empty schema if it has no tables, with the row of ``course_id``
+    if one is given (as nbgrader's ``Gradebook(url, course_id)`` adds it); True if it was created.
 
-    The tables and the stamp commit together, so no one ever sees a gradebook with some tables or without its
-    stamp. On SQLite that needs the write lock from the start (``BEGIN IMMEDIATE``; Python's sqlite3 would
-    otherwise commit each CREATE TABLE on its own): a second creator waits for the lock, then finds the tables.
-    Elsewhere (PostgreSQL) DDL is transactional; a creator that loses the race gets the database's error
-    (``already exists``), which callers retry (gradebook.py). An in-memory database is left to nbgrader."""
-    from nbgrader.api import Base
+    The tables, the stamp and the course row commit together, so no one ever sees a gradebook with some tables,
+    without its stamp or without its course (writers opening one new gradebook at once then never race to add the
+    course row, where nbgrader's check_course would fail the loser with a logged traceback). On SQLite that needs
+    the write lock from the start (``BEGIN IMMEDIATE``; Python's sqlite3 would otherwise commit each CREATE TABLE
+    on its own): a second creator waits for the lock, then finds the tables. Elsewhere (PostgreSQL) DDL is
+    transactional; a creator that loses the race gets the database's error (``already exists``), which callers
+    retry (gradebook.retrying). An in-memory database is left to nbgrader."""
+    from nbgrader.api import Base, Course
 
     url = make_url(db_url)
     if in_memory(db_url):
@@ -71,6 +74,8 @@ def create(db_url: str) -> bool:
             # nbgrader's own statements (nbgrader.api.Gradebook.__init__), so the stamp is byte for byte the same
             con.execute(text("CREATE TABLE alembic_version (version_num VARCHAR(32) NOT NULL);"))
             con.execute(text("INSERT INTO alembic_version (version_num) VALUES (:v)"), {"v": alembic_head()})
+            if course_id:
+                con.execute(insert(Course.__table__).values(id=course_id))
         return True
     finally:
         engine.dispose()

@@ -66,7 +66,10 @@ def test_the_tables_and_the_stamp_commit_together(tmp_path, monkeypatch):
     CREATE TABLE on its own), so the next writer creates the whole gradebook."""
     _no_alembic(monkeypatch)
     db = tmp_path / "gradebook.db"
-    monkeypatch.setattr(new_gradebook, "alembic_head", lambda: (_ for _ in ()).throw(OSError("interrupted")))
+    def interrupted():
+        raise OSError("interrupted")
+
+    monkeypatch.setattr(new_gradebook, "alembic_head", interrupted)
     with pytest.raises(OSError):
         new_gradebook.create(f"sqlite:///{db}")
     with sqlite3.connect(db) as con:
