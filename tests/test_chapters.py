@@ -2,7 +2,10 @@
 scores zero, and a sample of catalogued mistakes, chosen so that every graded cell any mistake should fail is
 covered, loses those cells' points with a failure message naming its symptom. The sampled mistakes share
 notebooks where they cannot interfere (``packed``): stock nbgrader pays a kernel start and a torch import per
-notebook.
+notebook. In a mistake's notebook the solution cells that none of its judged cells can reach are idled
+(autograder/idling.py, as tests/test_catalogues.py does): in chapter 8, five of six notebooks no longer train a
+Transformer nobody judges. Idling cannot make a mistake pass: each judged cell must score 0 and name the mistake's
+symptom, and test cells seed themselves (attention_course.checks), so skipped work moves no random number.
 
 Stock nbgrader starts a fresh kernel (and imports torch) per notebook, so the whole catalogue goes through one
 warm engine instead (tests/test_catalogues.py, same assertions); this file proves what only stock nbgrader can:
@@ -19,7 +22,7 @@ from autograder import submissions
 from autograder.course import Course
 
 from .conftest import engine_on
-from .mistake_packing import covering_sample, packed
+from .mistake_packing import covering_sample, idle, packed
 from .nbgrader_run import cell_scores, copy_course, failure_text, generate_assignment, run_nbgrader_batches
 
 COURSE = Course()
@@ -50,7 +53,8 @@ def graded(tmp_path_factory):
     for chapter in CHAPTERS:
         course = courses[chapter] = copy_course(tmp_path_factory.mktemp(chapter))
         notebooks = {"reference": submissions.reference(course, chapter), "blank": submissions.blank(course, chapter)}
-        notebooks.update({f"mistakes-{i}": submissions.with_mistakes(course, chapter, mistakes)
+        notebooks.update({f"mistakes-{i}": submissions.with_mistakes(course, chapter, mistakes,
+                                                                   idle=idle(COURSE, chapter, mistakes))
                           for i, mistakes in enumerate(PACKED[chapter])})
         for student, nb in notebooks.items():
             submissions.write_submission(course, student, chapter, graded_cells_only(nb))
