@@ -119,6 +119,17 @@ def test_the_repositorys_packaging_lists_every_folder_it_ships():
 
 
 @pytest.mark.unit
+def test_reading_a_notebook_builds_no_iri_grammar_in_the_courses_install():
+    """requirements.txt keeps jsonschema below 4.25: from 4.25 its format-nongpl extra brings rfc3987-syntax, and
+    importing nbformat then builds that package's Lark grammar (0.7 s of CPU in every nbgrader, nbval, JupyterLab
+    and grading process; about 30 processes a suite run). A fresh interpreter, without autograder's own guard."""
+    probe = "import sys, nbformat; print('rfc3987_syntax' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd="/", timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "False", "importing nbformat imported rfc3987_syntax: is jsonschema 4.25 or newer installed?"
+
+
+@pytest.mark.unit
 def test_kit_holds_the_releases_one_wheel_requirements_and_a_readme_only(kit_dir):
     files = sorted(str(p.relative_to(kit_dir)) for p in kit_dir.rglob("*") if p.is_file())
     wanted = sorted([f"chapters/{c}/{c}.ipynb" for c in CHAPTERS] + ["README.md", "requirements.txt",
