@@ -32,8 +32,10 @@ from .course import Course
 
 # PyTorch's CPU wheels: on Linux, PyPI's torch is the CUDA build (several GB); this index holds the CPU one.
 CPU_TORCH_INDEX = "https://download.pytorch.org/whl/cpu"
-# The learner's packages, pinned as the course's requirements.txt pins them (one owner of the pins).
-LEARNER_PACKAGES = ("torch", "numpy", "matplotlib", "ipykernel", "tqdm", "nbval", "pytest")
+# The learner's packages, pinned as the course's requirements.txt pins them (one owner of the pins). jsonschema
+# is not imported by learners' code, but JupyterLab and nbval load it: its pin (requirements.txt says why) spares
+# every Jupyter and self-check process 0.7 s.
+LEARNER_PACKAGES = ("torch", "numpy", "matplotlib", "ipykernel", "tqdm", "nbval", "pytest", "jsonschema")
 # Not in the repository's requirements (nbgrader pulls it in there): the notebook interface itself.
 JUPYTER = "jupyterlab>=4.6,<5"
 GENERATED_NOTE_ID = "generated-note"  # release.py's note to maintainers ("edit the source"): not for learners

@@ -193,7 +193,7 @@ def test_the_default_requirements_pin_cpu_torch_and_the_courses_pins(tmp_path):
     lines = (tmp_path / "kit" / "requirements.txt").read_text().splitlines()
     assert f"--extra-index-url {kit.CPU_TORCH_INDEX}" in lines and "torch==2.13.0" in lines
     course_pins = {line.split("#")[0].strip() for line in (COURSE.root / "requirements.txt").read_text().splitlines()}
-    for package in ("numpy", "matplotlib", "nbval", "pytest"):
+    for package in ("numpy", "matplotlib", "nbval", "pytest", "jsonschema"):
         pin = next(line for line in lines if re.match(rf"{package}\b", line))
         assert pin in course_pins, f"{pin} is not the course's own pin"
     assert f"./wheels/{_wheel(tmp_path / 'kit').name}" in lines
@@ -216,7 +216,10 @@ class Learner:
     def run(self, command: str, env: dict | None = None, timeout: int = 900) -> subprocess.CompletedProcess:
         """``command`` in the learner's login shell, from the kit's folder. pip's settings are this machine's
         (its PyTorch wheel and package mirrors), as a class's machines would have theirs."""
-        pip = {k: v for k, v in os.environ.items() if k.startswith("PIP_")}
+        # PIP_NO_COMPILE: pip byte-compiles every module it installs (torch's thousands: 17 of the install's 33
+        # CPU seconds); Python compiles what is imported anyway, and every module of attention_course is imported
+        # by the first test below.
+        pip = {"PIP_NO_COMPILE": "1", **{k: v for k, v in os.environ.items() if k.startswith("PIP_")}}
         assignments = " ".join(f"{k}={shlex.quote(v)}" for k, v in {**pip, **(env or {})}.items())
         script = f"cd {shlex.quote(str(self.kit))} && env {assignments} bash -c {shlex.quote(command)}"
         return subprocess.run(["su", "-", self.name, "-c", script], capture_output=True, text=True, timeout=timeout)
