@@ -72,6 +72,7 @@ from . import intake, learner_files, memory_budget, sandbox, structure, trusted
 from .course import Course
 from .reinitialise import reinitialised
 from .results import CellResult, GradingResult
+from .sandbox.runner import WARM_UPS
 from .trusted import feedback_html  # noqa: F401 - part of this module's interface
 
 ENGINE_VERSION = "isolation-8"  # 8: expected values that move with the parameters stay in the kernel
@@ -149,6 +150,7 @@ class Engine:
         self._lock = threading.RLock()
         self._profiles: dict[str, dict] = {}
         self._log = None
+        self._warm: set[str] = set()  # lazy imports the running zygote has been asked to make (runner.WARM_UPS)
 
     # -- zygote lifecycle -------------------------------------------------------------------------------
 
@@ -161,6 +163,7 @@ class Engine:
             env["PYTHONPATH"] = os.pathsep.join([str(repo), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
             env.pop("ATTENTION_COURSE_ROOT", None)
             self._log = tempfile.TemporaryFile()
+            self._warm = set()
             argv = [sys.executable, "-m", "autograder.sandbox", "--isolation", self.limits.isolation or "auto"]
             if self.limits.require:
                 argv += ["--require", self.limits.require]
@@ -237,11 +240,14 @@ class Engine:
 
     # -- running a job ----------------------------------------------------------------------------------
 
-    def _run(self, job: dict) -> dict:
-        """Send one job to the zygote (a fresh monitor + kernel); the monitor's report."""
+    def _run(self, job: dict, warm_first: bool = False) -> dict:
+        """Send one job to the zygote (a fresh monitor + kernel); the monitor's report. ``warm_first``: the zygote
+        makes every lazy import first, so that none is charged to the job (a memory budget's)."""
         with self._lock:
             self.start()
             proc = self._proc
+            if warm_first:
+                self._make_warm(proc, WARM_UPS)
             backstop = time.monotonic() + float(job["limits"]["notebook_timeout_s"]) + 60
             try:
                 proc.stdin.write(b"j")
@@ -260,7 +266,21 @@ class Engine:
                 tail = self._log_tail()
                 self._kill()
                 raise GraderError(f"the sandbox zygote exited; log: {tail}")
-            return sandbox.read_report(report, raw)
+            out = sandbox.read_report(report, raw)
+            self._make_warm(proc, out.pop("warm", ()))  # what this kernel imported lazily, made once for the next
+            return out
+
+    def _make_warm(self, proc: subprocess.Popen, names) -> None:
+        """Ask the zygote to make the lazy imports ``names`` (runner.WARM_UPS) it has not been asked for yet."""
+        wanted = sorted(set(names) - self._warm)
+        if not wanted:
+            return
+        try:
+            proc.stdin.write(b"w")
+            sandbox.write_frame(proc.stdin.fileno(), wanted)
+            self._warm.update(wanted)
+        except OSError:
+            pass  # the zygote is gone: the next job starts a new one
 
     def _job(self, cells: list[dict], mode: str, limits: Limits) -> dict:
         lim = asdict(limits)
@@ -412,7 +432,8 @@ class Engine:
         if report.get("status") != "ok":
             return report, notes
         for gid, budget, job_cells in jobs:
-            job_report = self._run(self._job(job_cells, "grade", memory_budget.limits_for(limits, budget["mb"])))
+            job_report = self._run(self._job(job_cells, "grade", memory_budget.limits_for(limits, budget["mb"])),
+                                   warm_first=True)
             if job_report.get("status") == "error":
                 raise GraderError(job_report.get("reason", "sandbox error"))
             notes[gid] = {"budget": budget,

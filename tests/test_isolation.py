@@ -519,7 +519,13 @@ def test_result_frames_are_capped_on_raw_bytes_and_decoded_strictly():
         with pytest.raises(sandbox.ProtocolError):
             sandbox.decode_result(bad)
     assert sandbox.decode_result(b'{"done":true,"cells":{"3":{}},"truncated":true}') == {"cells": {"3": {}},
-                                                                                          "truncated": True}
+                                                                                          "truncated": True, "warm": []}
+    # the lazy imports a kernel says it made: a few short names, anything else dropped (forging them only moves
+    # when the zygote makes runner.WARM_UPS, which it checks itself)
+    for warm, kept in (('"sympy"', []), ('{"a":1}', []), ('["sympy",1,null,"' + "x" * 200 + '"]', ["sympy"]),
+                       ("[" + ",".join(['"a"'] * 50) + "]", ["a"] * 8)):
+        frame = b'{"done":true,"cells":{},"warm":' + warm.encode() + b"}"
+        assert sandbox.decode_result(frame)["warm"] == kept, warm
     # the Engine's reading of a report: a result that does not decode, or none, is the learner's zero
     ok = {"status": "ok", "reason": "", "result_bytes": 5}
     assert sandbox.read_report(ok, b"[1,2]")["status"] == "zero"
@@ -653,3 +659,30 @@ def test_only_the_setup_pipe_can_make_a_result_the_graders_failure():
     pid, r = kernel(None)  # died before saying anything
     assert monitor._setup_failure(pid, r, time.monotonic() + 20)["reason"] == \
         "sandbox setup failed: the kernel ended before its jail was built (exit status 7)"
+
+
+@pytest.mark.sandbox
+@pytest.mark.timeout(300)
+def test_the_zygote_makes_a_lazy_import_once_a_kernel_has_made_it(tmp_path_factory, monkeypatch):
+    """Most grading never builds an optimizer (chapter 3's class, this corpus), so the zygote starts without
+    torch._dynamo (0.9 s of CPU per engine start). A kernel that made it says so, the Engine asks the zygote to
+    make it, and the kernels after it find it made; a notebook graded cold or warm scores the same."""
+    from .conftest import course_with_engine
+
+    asked = []
+    with course_with_engine(tmp_path_factory) as (course, engine):
+        real = engine._make_warm
+        monkeypatch.setattr(engine, "_make_warm", lambda proc, names: (asked.append(sorted(names)), real(proc, names)))
+
+        def grade(chapter: str, student: str) -> None:
+            path = submissions.write_submission(course, student, chapter, submissions.reference(course, chapter))
+            r = engine.grade(chapter, path, student)
+            assert r["status"] == "graded" and r["score"] == r["max_score"] > 0, (chapter, r["reason"])
+
+        grade("03_scoring_functions", "cold")
+        assert asked == [[]] and not engine._warm, "a chapter that builds no optimizer left the zygote cold"
+        grade("02_kernel_regression", "first")  # trains a parametric kernel regression with an optimizer
+        assert "torch._dynamo" in asked[-1] and "torch._dynamo" in engine._warm, asked
+        asked.clear()
+        grade("02_kernel_regression", "second")
+        assert asked == [[]], f"the next kernel still made {asked}: the zygote did not"

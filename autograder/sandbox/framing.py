@@ -104,8 +104,12 @@ def read_frame(fd: int, max_bytes: int, deadline: float | None = None):
 
 
 def decode_result(data: bytes) -> dict:
-    """The kernel's result frame as ``{"cells": {...}, "truncated": bool}``; ProtocolError when it is not one."""
+    """The kernel's result frame as ``{"cells": {...}, "truncated": bool, "warm": [str, ...]}``; ProtocolError when
+    it is not one. ``warm``: the lazy imports the kernel made (runner.WARM_UPS), a few names at most; forging it
+    only moves when the zygote makes them."""
     frame = decode(data)
     if not isinstance(frame, dict) or frame.get("done") is not True or not isinstance(frame.get("cells"), dict):
         raise ProtocolError("malformed result")
-    return {"cells": frame["cells"], "truncated": frame.get("truncated") is True}
+    warm = frame.get("warm")
+    warm = [name for name in warm[:8] if isinstance(name, str) and len(name) < 100] if isinstance(warm, list) else []
+    return {"cells": frame["cells"], "truncated": frame.get("truncated") is True, "warm": warm}

@@ -246,14 +246,39 @@ def _warm_imports() -> None:
     import attention_course.runtime  # noqa: F401
     import attention_course.verdicts  # noqa: F401
     import inspect, linecache, tokenize, traceback, warnings, math, random, pickle  # noqa: F401,E401
-    # An optimizer's first construction imports torch._dynamo (and sympy): about 1 s, which every notebook
-    # that trains (chapters 2 and 8) paid again in its own fork. Done once here; it starts no thread.
-    torch.optim.Adam([torch.zeros(1, requires_grad=True)])
     import tqdm.auto  # noqa: F401 - chapter 8's training loop
     try:
         import attention_course.cells  # noqa: F401
     except ImportError:
         pass
+
+
+def _warm_optimizer() -> None:
+    import torch
+
+    torch.optim.Adam([torch.zeros(1, requires_grad=True)])  # starts no thread
+
+
+def _warm_symbolic_shapes() -> None:
+    import torch.fx.experimental.symbolic_shapes  # noqa: F401
+
+
+# Imports that a chapter's code starts lazily, and that every fork making them pays again: an optimizer's first
+# construction imports torch._dynamo and sympy (0.9 s of CPU), a tensor on the meta device sympy (0.4 s). The
+# zygote starts without them, since most grading never needs them (chapter 3's class, the hostile corpus), and
+# makes one once a kernel's result says it made it (the Engine then sends "w": zygote.py), so the notebooks after
+# the first find it made. {module a kernel's run added to sys.modules: how the zygote makes it}
+WARM_UPS = {"torch._dynamo": _warm_optimizer, "sympy": _warm_symbolic_shapes}
+
+
+def warm(names) -> None:
+    """In the zygote: make the imports ``names`` asks for, those of :data:`WARM_UPS` only."""
+    for name in WARM_UPS:
+        if name in names and name not in sys.modules:
+            try:
+                WARM_UPS[name]()
+            except Exception:  # noqa: BLE001 - a warm-up only saves time: a kernel that needs it makes it itself
+                pass
 
 
 def _trusted_encoder():
@@ -345,6 +370,7 @@ def run_cells(job: dict, res_fd: int) -> None:
     import torch
 
     limits = job["limits"]
+    cold = [name for name in WARM_UPS if name not in sys.modules]  # what the zygote has not made yet
     shell = _SHELL
     capture = _Capture(int(limits["max_output_mb"] * (1 << 20)), int(limits.get("max_record_mb", 64) * (1 << 20)))
     _CAPTURE = capture
@@ -402,7 +428,8 @@ def run_cells(job: dict, res_fd: int) -> None:
     with pristine:
         for attempt in range(5):  # a learner's thread may still be touching the outputs: retry
             try:
-                data = json.dumps({"done": True, "cells": capture.cells, "truncated": capture.truncated},
+                data = json.dumps({"done": True, "cells": capture.cells, "truncated": capture.truncated,
+                                   "warm": [name for name in cold if name in sys.modules]},
                                   separators=(",", ":"), ensure_ascii=False, allow_nan=False)
                 break
             except RuntimeError:

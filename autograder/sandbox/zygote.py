@@ -1,6 +1,7 @@
 """The zygote: imports torch, numpy, matplotlib, IPython and attention_course once, probes which isolation
 level it can reach, then forks one monitor per job (``j`` on stdin) until ``q`` or EOF. It runs no learner
-code; the monitor is forked before the job is read, so no learner's notebook ever enters its memory.
+code; the monitor is forked before the job is read, so no learner's notebook ever enters its memory. ``w`` and a
+frame listing module names: make those of runner.WARM_UPS, imports a kernel made lazily, once for the kernels after.
 
 ``python -m autograder.sandbox [--isolation auto|root|user|process] [--require LEVEL]``
 """
@@ -12,7 +13,7 @@ import signal
 import stat
 
 from . import levels, runner
-from .framing import ProtocolError, read_exact, write_frame
+from .framing import ProtocolError, read_exact, read_frame, write_frame
 from .monitor import monitor_main
 
 ROOT_STATE_DIR = "/run/attention-course-sandbox"
@@ -67,6 +68,13 @@ def zygote_main(argv: list[str] | None = None) -> int:
             return 0
         if command is None or command == b"q":
             return 0
+        if command == b"w":  # the Engine: a kernel made these lazy imports; make them here once (runner.WARM_UPS)
+            try:
+                names = read_frame(proto_in, 4096)
+            except (ProtocolError, ValueError):
+                return 0
+            runner.warm(names if isinstance(names, list) else [])
+            continue
         pid = os.fork()
         if pid == 0:
             monitor_main(proto_in, proto_out, setup)
