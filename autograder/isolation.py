@@ -271,8 +271,10 @@ class Engine:
             return out
 
     def _make_warm(self, proc: subprocess.Popen, names) -> None:
-        """Ask the zygote to make the lazy imports ``names`` (runner.WARM_UPS) it has not been asked for yet."""
-        wanted = sorted(set(names) - self._warm)
+        """Ask the zygote to make those of ``names`` that are lazy imports it knows (runner.WARM_UPS) and has not
+        been asked for yet. ``names`` may come from a kernel's result (the learner's): anything else is dropped
+        here, so the zygote's stdin only ever carries a short list of the names WARM_UPS owns."""
+        wanted = sorted((set(names) & set(WARM_UPS)) - self._warm)
         if not wanted:
             return
         try:

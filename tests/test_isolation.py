@@ -520,9 +520,9 @@ def test_result_frames_are_capped_on_raw_bytes_and_decoded_strictly():
             sandbox.decode_result(bad)
     assert sandbox.decode_result(b'{"done":true,"cells":{"3":{}},"truncated":true}') == {"cells": {"3": {}},
                                                                                           "truncated": True, "warm": []}
-    # the lazy imports a kernel says it made: a few short names, anything else dropped (forging them only moves
-    # when the zygote makes runner.WARM_UPS, which it checks itself)
-    for warm, kept in (('"sympy"', []), ('{"a":1}', []), ('["sympy",1,null,"' + "x" * 200 + '"]', ["sympy"]),
+    # the lazy imports a kernel says it made: a few strings, anything else dropped (the Engine keeps only the names
+    # of runner.WARM_UPS: test_a_forged_warm_list_reaches_the_zygote_only_as_names_it_owns)
+    for warm, kept in (('"sympy"', []), ('{"a":1}', []), ('["sympy",1,null]', ["sympy"]),
                        ("[" + ",".join(['"a"'] * 50) + "]", ["a"] * 8)):
         frame = b'{"done":true,"cells":{},"warm":' + warm.encode() + b"}"
         assert sandbox.decode_result(frame)["warm"] == kept, warm
@@ -686,3 +686,32 @@ def test_the_zygote_makes_a_lazy_import_once_a_kernel_has_made_it(tmp_path_facto
         asked.clear()
         grade("02_kernel_regression", "second")
         assert asked == [[]], f"the next kernel still made {asked}: the zygote did not"
+
+
+@pytest.mark.unit
+def test_a_forged_warm_list_reaches_the_zygote_only_as_names_it_owns(tmp_path):
+    """A kernel's result names the lazy imports it made, and the learner writes that result: eight names of
+    escaped control characters made a "w" frame larger than the zygote reads, and the zygote exited mid-class.
+    Only names of runner.WARM_UPS are sent, each once per zygote."""
+    import os
+    from types import SimpleNamespace
+
+    from autograder.sandbox.framing import decode
+    from autograder.sandbox.runner import WARM_UPS
+
+    engine = Engine(Course().root)
+    r, w = os.pipe()
+    try:
+        fake = SimpleNamespace(stdin=os.fdopen(w, "wb", buffering=0))
+        engine._make_warm(fake, ["\x01" * 98 + letter for letter in "abcdefgh"] + ["os", "subprocess"])
+        engine._make_warm(fake, ["sympy", "evil", "sympy"])
+        engine._make_warm(fake, ["sympy"])  # asked for already
+        fake.stdin.close()
+        w = None
+        sent = os.read(r, 1 << 16)
+    finally:
+        os.close(r)
+        if w is not None:
+            os.close(w)
+    assert sent[:1] == b"w" and decode(sent[1 + 4:]) == ["sympy"], sent
+    assert engine._warm == {"sympy"} and set(engine._warm) <= set(WARM_UPS)

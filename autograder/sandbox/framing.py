@@ -105,11 +105,11 @@ def read_frame(fd: int, max_bytes: int, deadline: float | None = None):
 
 def decode_result(data: bytes) -> dict:
     """The kernel's result frame as ``{"cells": {...}, "truncated": bool, "warm": [str, ...]}``; ProtocolError when
-    it is not one. ``warm``: the lazy imports the kernel made (runner.WARM_UPS), a few names at most; forging it
-    only moves when the zygote makes them."""
+    it is not one. ``warm``: the lazy imports the kernel says it made, as strings, a few at most; the Engine keeps
+    only names of runner.WARM_UPS (Engine._make_warm), so a forged list at worst moves when the zygote makes them."""
     frame = decode(data)
     if not isinstance(frame, dict) or frame.get("done") is not True or not isinstance(frame.get("cells"), dict):
         raise ProtocolError("malformed result")
     warm = frame.get("warm")
-    warm = [name for name in warm[:8] if isinstance(name, str) and len(name) < 100] if isinstance(warm, list) else []
+    warm = [name for name in warm[:8] if isinstance(name, str)] if isinstance(warm, list) else []
     return {"cells": frame["cells"], "truncated": frame.get("truncated") is True, "warm": warm}

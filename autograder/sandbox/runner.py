@@ -277,8 +277,9 @@ def warm(names) -> None:
         if name in names and name not in sys.modules:
             try:
                 WARM_UPS[name]()
-            except Exception:  # noqa: BLE001 - a warm-up only saves time: a kernel that needs it makes it itself
-                pass
+            except Exception as exc:  # noqa: BLE001 - the zygote must live on: kernels then import it themselves,
+                # which costs time, and inside a memory budget the budget too: said on the zygote's log
+                print(f"zygote: warming {name} failed: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
 
 
 def _trusted_encoder():
