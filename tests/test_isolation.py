@@ -689,7 +689,7 @@ def test_the_zygote_makes_a_lazy_import_once_a_kernel_has_made_it(tmp_path_facto
 
 
 @pytest.mark.unit
-def test_a_forged_warm_list_reaches_the_zygote_only_as_names_it_owns(tmp_path):
+def test_a_forged_warm_list_reaches_the_zygote_only_as_names_it_owns():
     """A kernel's result names the lazy imports it made, and the learner writes that result: eight names of
     escaped control characters made a "w" frame larger than the zygote reads, and the zygote exited mid-class.
     Only names of runner.WARM_UPS are sent, each once per zygote."""
