@@ -1,7 +1,8 @@
 """The isolated grading engine (autograder.isolation) against hostile and broken notebooks, and against the
 course (every chapter's reference, blank and catalogue: tests/test_catalogues.py).
 
-The hostile corpus (tests/hostile/cases.py) is graded as one batch through one Engine with small limits
+The hostile corpus (tests/hostile/cases.py) is graded as one batch through one Engine (and a second beside it
+for the case that only waits for the wall clock: tests/hostile/run.py) with small limits
 (cell 3 s, notebook 8 s, 1.5 GB, 64 processes, 5 MB of output) in a throwaway copy of the course that also
 holds a gradebook, another learner's submission and a canary file; a TCP server listens on 127.0.0.1 only.
 Each case asserts its exact score, status, reason and flags, that the whole batch finished, and that
@@ -123,7 +124,7 @@ def selected_cases(request, test_name: str) -> set[str] | None:
 
 @pytest.fixture(scope="module", params=LEVELS_AS_ROOT)
 def batch(request, tmp_path_factory):
-    """Grade the hostile corpus (the selected cases), in one Engine at one isolation level, once."""
+    """Grade the hostile corpus (the selected cases), in one Engine at one isolation level, once (run.grade_cases)."""
     level = request.param
     tmp = tmp_path_factory.mktemp(f"hostile-{level}")
     course = _course_copy(tmp / "course")
@@ -168,6 +169,50 @@ def test_corpus_has_at_least_20_cases():
     assert len({c.name for c in CASES}) == len(CASES)
 
 
+@pytest.mark.unit
+@pytest.mark.timeout(60)
+def test_the_waiting_case_is_graded_beside_the_others_and_the_alone_cases_after_it(monkeypatch, tmp_path):
+    """run.grade_cases: the case that waits for the wall clock is graded by a second engine while the first grades
+    the others (the two gradings meet at a barrier, which a one-after-the-other order never reaches); the alone
+    cases (fork bomb, memory bomb, the grader's pipes) start only once the second engine is closed; each engine
+    grades the reference last."""
+    log, meet = [], threading.Barrier(2, timeout=20)
+
+    class FakeEngine:
+        def __init__(self, course_root, limits):
+            self.course, self.limits = Course(course_root), limits
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            log.append(("closed", "", id(self)))
+
+        def profile(self, chapter):
+            return {}
+
+        def grade(self, chapter, path, student):
+            if any(c.waits and c.name == path.parent.name for c in CASES) or not log:
+                meet.wait()  # the waiting case, and the first engine's first notebook
+            log.append(("grade", path.parent.name, id(self)))
+            return student
+
+    monkeypatch.setattr(run, "Engine", FakeEngine)
+    paths = {c.name: tmp_path / c.name / c.file_name for c in CASES}
+    paths["__after__"] = tmp_path / "__after__" / f"{CHAPTER}.ipynb"
+    main = FakeEngine(tmp_path, LIMITS)
+    results = run.grade_cases(main, paths)
+    assert set(results) == set(paths) | {run.AFTER_WAITING}
+    side = {e for kind, _, e in log if e != id(main)}
+    assert len(side) == 1, "one second engine"
+    side_closed = log.index(("closed", "", *side))
+    waiting = [i for i, (k, name, e) in enumerate(log) if e in side and k == "grade"]
+    assert [log[i][1] for i in waiting] == [c.name for c in CASES if c.waits] + ["__after__"]
+    alone = [i for i, (k, name, e) in enumerate(log) if any(c.alone and c.name == name for c in CASES)]
+    assert len(alone) == sum(c.alone for c in CASES) >= 3 and min(alone) > side_closed
+    assert log[-1] == ("grade", "__after__", id(main))
+
+
 @pytest.mark.sandbox
 @pytest.mark.timeout(600)  # the whole corpus is graded in the first test that asks (the batch fixture)
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
@@ -180,6 +225,8 @@ def assert_contained(batch: dict, case) -> None:
     results = batch["results"]
     assert case.name in results and "__after__" in results, "the batch did not finish"
     assert results["__after__"].score == FULL, "the engine is not healthy after the hostile corpus"
+    if any(c.waits and c.name in results for c in CASES):  # graded by a second engine (run.grade_cases)
+        assert results[run.AFTER_WAITING].score == FULL, "the second engine is not healthy after the cases that wait"
     assert batch["changed"] == [], f"files outside the sandbox changed: {batch['changed']}"
     assert batch["server"] == [], f"the loopback server was reached: {batch['server']}"
     assert batch["ipc_left"] == [], f"System V IPC objects left on the host: {batch['ipc_left']}"

@@ -76,6 +76,13 @@ class Case:
     max_seconds: float = 30.0
     extra: dict = field(default_factory=dict)
     student: str = ""  # the id the notebook is graded under (a folder name the learner chose); "": the case's name
+    # How run.grade_cases schedules it. ``waits``: the case only sleeps until the notebook's wall clock kills it,
+    # so a second engine grades it beside the others (the batch's waits then overlap its work). ``alone``: graded
+    # only once that second engine is done, because the case takes what the two would share: RLIMIT_NPROC counts
+    # every process of an account (the rlimits levels), memory_bomb must win its race against the cell timeout
+    # on a machine no busier than usual, and grader_pipes_via_proc writes into every pipe of the grader's process.
+    waits: bool = False
+    alone: bool = False
 
 
 # -- building blocks --------------------------------------------------------------------------------------
@@ -715,14 +722,14 @@ CASES = [
     Case("swallows_interrupt", "ignores the alarm and swallows every interrupt: the wall clock kills it",
          lambda ctx: insert_after(reference(ctx), "setup", SWALLOW),
          "zero", 0.0, reason=f"timeout: notebook exceeded {LIMITS['notebook_timeout_s']} s",
-         max_seconds=LIMITS["notebook_timeout_s"] + 15),
+         max_seconds=LIMITS["notebook_timeout_s"] + 15, waits=True),
     Case("memory_bomb", "allocates 512 MB blocks until something gives",
          lambda ctx: insert_after(reference(ctx), "setup", MEMORY_BOMB),
-         "zero", 0.0, reason=f"kernel died (out of memory: limit {LIMITS['memory_mb']} MB)"),
+         "zero", 0.0, reason=f"kernel died (out of memory: limit {LIMITS['memory_mb']} MB)", alone=True),
     Case("fork_bomb", "forks 300 sleeping children",
          lambda ctx: insert_after(reference(ctx), "setup", FORK_BOMB),
          "zero", 0.0, reason=f"process limit exceeded: the notebook tried to run more than {LIMITS['max_procs']} processes or "
-                             "threads (fork bomb?)"),
+                             "threads (fork bomb?)", alone=True),
     Case("os_exit", "os._exit(0) in a cell",
          lambda ctx: insert_after(reference(ctx), "scores", "import os\nos._exit(0)"),
          "zero", 0.0, reason="kernel died (exited with status 0 before the notebook finished)"),
@@ -852,7 +859,7 @@ CASES = [
     Case("grader_pipes_via_proc", "tries to write forged reports into the monitor's, zygote's and engine's pipes "
          "through /proc/<pid>/fd: none is reachable (pid namespace; Landlock at the process level)",
          lambda ctx: insert_after(reference(ctx), "setup", GRADER_PIPES),
-         "graded", FULL, outputs_contain=("reached 0 of the grader's pipes",)),
+         "graded", FULL, outputs_contain=("reached 0 of the grader's pipes",), alone=True),
     Case("sysv_ipc", "creates a System V shared memory segment (256 MB, touched), a message queue and a "
          "semaphore set: refused (seccomp) at every level, nothing left on the host",
          lambda ctx: insert_after(reference(ctx), "setup", SYSV_IPC),

@@ -1,4 +1,5 @@
-"""Grading the hostile corpus: one Engine, every case, then the reference again (is the engine healthy?).
+"""Grading the hostile corpus: one Engine, every case, then the reference again (is the engine healthy?); the
+cases that only wait for the wall clock go to a second engine beside it (grade_cases).
 
 Used in-process by tests/test_isolation.py (as root, at each level) and, as a throwaway unprivileged account,
 by tests/test_unprivileged.py: ``python -m tests.hostile.run COURSE LEVEL OUT.json`` grades the cases
@@ -9,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import nbformat
@@ -60,10 +62,40 @@ def sysv_ipc_objects() -> set[tuple[str, str]]:
     return out
 
 
+AFTER_WAITING = "__after_waiting__"  # the reference graded by the second engine after the cases that wait
+
+
+def _grade_waiting(course_root: Path, limits: Limits, paths: dict[str, Path], students: dict[str, str],
+                   after: Path) -> dict[str, GradingResult]:
+    with Engine(course_root, limits) as side:
+        side.profile(CHAPTER)
+        results = {name: side.grade(CHAPTER, path, students[name]) for name, path in paths.items()}
+        results[AFTER_WAITING] = side.grade(CHAPTER, after, AFTER_WAITING)  # is this engine healthy too?
+    return results
+
+
 def grade_cases(engine: Engine, paths: dict[str, Path]) -> dict[str, GradingResult]:
-    """Each case graded under its student id (its name unless it names one), keyed by the case's name."""
-    students = {c.name: c.student or c.name for c in CASES}
-    return {name: engine.grade(CHAPTER, path, students.get(name, name)) for name, path in paths.items()}
+    """Each case graded under its student id (its name unless it names one), keyed by the case's name; the
+    reference ("__after__") last.
+
+    The cases that only wait for the notebook's wall clock (Case.waits) are graded by a second engine of the
+    same course, limits and level, beside the others; it then grades the reference too (AFTER_WAITING). The
+    cases marked Case.alone are graded once it is done. At each level the corpus waited about 8 s with one core
+    idle, and the suite grades it at five levels."""
+    by_name = {c.name: c for c in CASES}
+    students = {name: (by_name[name].student or name) if name in by_name else name for name in paths}
+    waiting = {n: p for n, p in paths.items() if n in by_name and by_name[n].waits}
+    last = [n for n in paths if n in by_name and by_name[n].alone] + ["__after__"]
+    first = [n for n in paths if n not in waiting and n not in last]
+    results: dict[str, GradingResult] = {}
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        side = pool.submit(_grade_waiting, engine.course.root, engine.limits, waiting, students,
+                           paths["__after__"]) if waiting else None
+        results.update({name: engine.grade(CHAPTER, paths[name], students[name]) for name in first})
+        if side is not None:
+            results.update(side.result())
+    results.update({name: engine.grade(CHAPTER, paths[name], students[name]) for name in last if name in paths})
+    return results
 
 
 def main(argv: list[str]) -> int:
