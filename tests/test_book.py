@@ -148,7 +148,7 @@ def test_code_cells_wrap_at_the_column_width(server, browser):
     on a page whose longest lines are wider than its column (shown by switching the wrapping off)."""
     page = browser.open(f"{server}/{PAGES[-1]}.html", "true", timeout=60)
     page._send("Emulation.setDeviceMetricsOverride", width=1024, height=800, deviceScaleFactor=1, mobile=False)
-    page.evaluate("new Promise(done => setTimeout(() => done(true), 300))")  # let the layout settle
+    page.settle()
     overflowing = "Array.from(document.querySelectorAll('div.cell pre')).filter(p => p.scrollWidth > p.clientWidth + 1).length"
     total = page.evaluate("document.querySelectorAll('div.cell pre').length")
     wide = page.evaluate(overflowing)

@@ -36,8 +36,8 @@ FIGURES = """Array.from(document.querySelectorAll('main img')).map(img => ({
     src: img.getAttribute('src'), natural: img.naturalWidth, shown: img.getBoundingClientRect().width}))"""
 # Figure i scrolled into the window, then where it is (page coordinates) once the scroll has settled.
 IN_VIEW = """new Promise(done => {{
-    document.querySelectorAll('main img')[{i}].scrollIntoView({{block: 'center'}});
-    setTimeout(() => done(true), 200);
+    document.querySelectorAll('main img')[{i}].scrollIntoView({{block: 'center', behavior: 'instant'}});
+    requestAnimationFrame(() => requestAnimationFrame(() => done(true)));
 }}).then(() => {{
     const r = document.querySelectorAll('main img')[{i}].getBoundingClientRect();
     return {{x: r.left + window.scrollX, y: r.top + window.scrollY, width: r.width, height: r.height}};
