@@ -58,6 +58,7 @@ import sys
 import tempfile
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -120,22 +121,38 @@ def cached_profile(course: Course, chapter: str, path: Path | None = None) -> di
     return read_profile(path or profile_path(course, chapter))
 
 
-def build_profiles(course_root: Path, chapters: list[str], limits: "Limits | None" = None) -> list[Path]:
-    """Build (or reuse) the reference profiles of ``chapters`` with one warm engine; returns their cache files.
+def build_profiles(course_root: Path, chapters: list[str], limits: "Limits | None" = None,
+                   engines: int = 1) -> list[Path]:
+    """Build (or reuse) the reference profiles of ``chapters`` with warm engines; returns their cache files.
 
-    When every profile is cached no engine starts: stock nbgrader's kernels ask for the path of a profile through
-    ``python -m autograder profile`` (attention_course.expected.load_expected), once per notebook."""
+    With ``engines`` > 1, that many engines (one thread each) take the next chapter still to build, in the order
+    given, as each becomes free: a chapter that trains a model takes ten times as long as one that does not, so
+    a fixed split leaves engines idle. When every profile is cached no engine starts: stock nbgrader's kernels
+    ask for the path of a profile through ``python -m autograder profile`` (attention_course.expected.load_expected),
+    once per notebook."""
     course = Course(course_root)
     paths = [profile_path(course, chapter) for chapter in chapters]
-    if all(cached_profile(course, chapter, path) is not None for chapter, path in zip(chapters, paths)):
+    todo = [chapter for chapter, path in zip(chapters, paths) if cached_profile(course, chapter, path) is None]
+    if not todo:
         return paths
-    with Engine(course_root, limits or Limits()) as engine:
-        missing = engine.missing_capabilities()
-        if missing:
-            raise GraderError(f"isolated grading is not available on this machine: missing {', '.join(missing)}")
-        for chapter in chapters:
-            engine.profile(chapter)
-        return [profile_path(engine.course, chapter) for chapter in chapters]
+    lock = threading.Lock()
+
+    def build() -> None:
+        with Engine(course_root, limits or Limits()) as engine:
+            missing = engine.missing_capabilities()
+            if missing:
+                raise GraderError(f"isolated grading is not available on this machine: missing {', '.join(missing)}")
+            while True:
+                with lock:
+                    if not todo:
+                        return
+                    chapter = todo.pop(0)
+                engine.profile(chapter)
+
+    with ThreadPoolExecutor(max_workers=max(1, min(engines, len(todo)))) as pool:
+        for done in [pool.submit(build) for _ in range(max(1, min(engines, len(todo))))]:
+            done.result()  # an engine's error (a missing capability, a failing reference) is raised here
+    return paths
 
 
 class Engine:

@@ -171,6 +171,53 @@ def test_corpus_has_at_least_20_cases():
 
 @pytest.mark.unit
 @pytest.mark.timeout(60)
+def test_profiles_built_by_two_engines_each_taking_the_next_chapter(monkeypatch, tmp_path):
+    """build_profiles(engines=2): two engines, every chapter profiled once, a free engine takes the next chapter in
+    the order given (here the first engine is held on the first chapter until the other has built three), and an
+    engine's error reaches the caller."""
+    from autograder import isolation
+
+    chapters = [f"{i:02d}_chapter" for i in range(1, 6)]
+    course = write_chapter(tmp_path / "c", chapters[0], [("setup", "x = 1", "setup")])
+    for ch in chapters[1:]:
+        write_chapter(tmp_path / "c", ch, [("setup", "x = 1", "setup")])
+    built, third = [], threading.Event()
+
+    class FakeEngine:
+        def __init__(self, course_root, limits):
+            self.course = Course(course_root)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            pass
+
+        def missing_capabilities(self):
+            return []
+
+        def profile(self, chapter):
+            if chapter == chapters[0]:
+                assert third.wait(20), "the other engine did not go on while this one was busy"
+            if chapter == "broken":
+                raise isolation.GraderError("the reference run of broken did not finish")
+            built.append((chapter, id(self)))
+            if len(built) == 3:
+                third.set()
+
+    monkeypatch.setattr(isolation, "Engine", FakeEngine)
+    paths = isolation.build_profiles(course.root, chapters, engines=2)
+    assert paths == [isolation.profile_path(course, ch) for ch in chapters]
+    assert sorted(ch for ch, _ in built) == sorted(chapters) and len({e for _, e in built}) == 2
+    assert [ch for ch, _ in built][:3] == chapters[1:4]
+    built.clear()
+    write_chapter(tmp_path / "c", "broken", [("setup", "x = 1", "setup")])
+    with pytest.raises(isolation.GraderError, match="broken did not finish"):
+        isolation.build_profiles(course.root, ["broken", *chapters[1:]], engines=2)
+
+
+@pytest.mark.unit
+@pytest.mark.timeout(60)
 def test_the_waiting_case_is_graded_beside_the_others_and_the_alone_cases_after_it(monkeypatch, tmp_path):
     """run.grade_cases: the case that waits for the wall clock is graded by a second engine while the first grades
     the others (the two gradings meet at a barrier, which a one-after-the-other order never reaches); the alone
