@@ -149,8 +149,9 @@ def build_profiles(course_root: Path, chapters: list[str], limits: "Limits | Non
                     chapter = todo.pop(0)
                 engine.profile(chapter)
 
-    with ThreadPoolExecutor(max_workers=max(1, min(engines, len(todo)))) as pool:
-        for done in [pool.submit(build) for _ in range(max(1, min(engines, len(todo))))]:
+    count = max(1, min(engines, len(todo)))
+    with ThreadPoolExecutor(max_workers=count) as pool:
+        for done in [pool.submit(build) for _ in range(count)]:
             done.result()  # an engine's error (a missing capability, a failing reference) is raised here
     return paths
 
