@@ -58,7 +58,7 @@ import sys
 import tempfile
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -132,27 +132,32 @@ def build_profiles(course_root: Path, chapters: list[str], limits: "Limits | Non
     once per notebook."""
     course = Course(course_root)
     paths = [profile_path(course, chapter) for chapter in chapters]
-    todo = [chapter for chapter, path in zip(chapters, paths) if cached_profile(course, chapter, path) is None]
+    todo = [chapter for chapter, path in dict(zip(chapters, paths)).items()  # each chapter once
+            if cached_profile(course, chapter, path) is None]
     if not todo:
         return paths
-    lock = threading.Lock()
+    lock, failed = threading.Lock(), threading.Event()
 
     def build() -> None:
-        with Engine(course_root, limits or Limits()) as engine:
-            missing = engine.missing_capabilities()
-            if missing:
-                raise GraderError(f"isolated grading is not available on this machine: missing {', '.join(missing)}")
-            while True:
-                with lock:
-                    if not todo:
-                        return
-                    chapter = todo.pop(0)
-                engine.profile(chapter)
+        try:
+            with Engine(course_root, limits or Limits()) as engine:
+                missing = engine.missing_capabilities()
+                if missing:
+                    raise GraderError(f"isolated grading is not available on this machine: missing {', '.join(missing)}")
+                while not failed.is_set():  # one engine's error stops the others at their next chapter
+                    with lock:
+                        if not todo:
+                            return
+                        chapter = todo.pop(0)
+                    engine.profile(chapter)
+        except BaseException:
+            failed.set()
+            raise
 
     count = max(1, min(engines, len(todo)))
     with ThreadPoolExecutor(max_workers=count) as pool:
-        for done in [pool.submit(build) for _ in range(count)]:
-            done.result()  # an engine's error (a missing capability, a failing reference) is raised here
+        for done in as_completed([pool.submit(build) for _ in range(count)]):
+            done.result()  # the first engine's error to happen (a missing capability, a failing reference)
     return paths
 
 

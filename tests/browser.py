@@ -11,7 +11,11 @@ from pathlib import Path
 
 import websocket
 
-SETTLED = "new Promise(done => requestAnimationFrame(() => requestAnimationFrame(() => done(true))))"
+# Two drawn frames, or an error after 5 s (a hidden tab draws none: Page.settle brings its page to the front first).
+SETTLED = """new Promise((done, fail) => {
+    requestAnimationFrame(() => requestAnimationFrame(() => done(true)));
+    setTimeout(() => fail(new Error('the page drew no frame in 5 s')), 5000);
+})"""
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                   "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic",
                   "--remote-debugging-address=127.0.0.1", "--remote-debugging-port=0"]
@@ -56,6 +60,7 @@ class Browser:
 
 class Page:
     def __init__(self, ws_url: str):
+        self._ws_url = ws_url  # ws://127.0.0.1:PORT/devtools/page/ID
         self._ws = websocket.create_connection(ws_url, timeout=30)
         self._id = 0
         self.errors: list[str] = []
@@ -110,7 +115,9 @@ class Page:
     def settle(self):
         """Wait until the page has drawn two frames: the resize and scroll steps and their handlers run before a
         frame's animation callbacks, so the layout read next is the one on screen (a fixed 200-300 ms wait did the
-        same, 16 s of each suite run spent asleep in the book walk)."""
+        same, 16 s of each suite run spent asleep in the book walk). A tab that is not in front draws no frames,
+        so the page is brought to the front first (opening a page puts the earlier ones behind it)."""
+        self._send("Page.bringToFront")
         self.evaluate(SETTLED)
 
     def screenshot(self, path, clip: dict | None = None):
@@ -126,4 +133,7 @@ class Page:
         Path(path).write_bytes(base64.b64decode(data))
 
     def close(self):
+        """Close the tab, not only the connection to it (an open tab keeps its page's scripts running)."""
         self._ws.close()
+        host, target = self._ws_url.split("//", 1)[1].split("/devtools/page/")
+        urllib.request.urlopen(f"http://{host}/json/close/{target}", timeout=10).read()

@@ -34,14 +34,11 @@ MIN_SHARE = 0.6
 
 FIGURES = """Array.from(document.querySelectorAll('main img')).map(img => ({
     src: img.getAttribute('src'), natural: img.naturalWidth, shown: img.getBoundingClientRect().width}))"""
-# Figure i scrolled into the window, then where it is (page coordinates) once the scroll has settled.
-IN_VIEW = """new Promise(done => {{
-    document.querySelectorAll('main img')[{i}].scrollIntoView({{block: 'center', behavior: 'instant'}});
-    requestAnimationFrame(() => requestAnimationFrame(() => done(true)));
-}}).then(() => {{
-    const r = document.querySelectorAll('main img')[{i}].getBoundingClientRect();
-    return {{x: r.left + window.scrollX, y: r.top + window.scrollY, width: r.width, height: r.height}};
-}})"""
+# Figure i scrolled into the middle of the window (at once, not smoothly), and where it is then (page coordinates,
+# read after Page.settle: the frame drawn after the scroll).
+SCROLL_TO = "document.querySelectorAll('main img')[{i}].scrollIntoView({{block: 'center', behavior: 'instant'}}), true"
+WHERE = """(() => {{ const r = document.querySelectorAll('main img')[{i}].getBoundingClientRect();
+    return {{x: r.left + window.scrollX, y: r.top + window.scrollY, width: r.width, height: r.height}}; }})()"""
 # The prose a reader sees: code, outputs and typeset math (where `$` and backslashes are legitimate) removed.
 PROSE = """(() => { const m = document.querySelector('main').cloneNode(true);
     m.querySelectorAll('pre, code, script, style, .cell_output, .highlight, mjx-container').forEach(e => e.remove());
@@ -80,7 +77,9 @@ def problems_on(page, shots: Path | None = None, name: str = "page") -> list[str
             continue
         share = fig["shown"] / fig["natural"]
         if shots is not None and fig["shown"] >= 1:
-            page.screenshot(shots / f"{name}-fig{i:02d}-{share:.2f}.png", page.evaluate(IN_VIEW.format(i=i)))
+            page.evaluate(SCROLL_TO.format(i=i))
+            page.settle()
+            page.screenshot(shots / f"{name}-fig{i:02d}-{share:.2f}.png", page.evaluate(WHERE.format(i=i)))
         if share < MIN_SHARE:
             problems.append(f"figure {i} ({fig['src'][:60]}): {fig['natural']} px shown at {fig['shown']:.0f} px "
                             f"({share:.2f} of its size): its labels are too small to read")

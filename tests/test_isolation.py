@@ -172,16 +172,15 @@ def test_corpus_has_at_least_20_cases():
 @pytest.mark.unit
 @pytest.mark.timeout(60)
 def test_profiles_built_by_two_engines_each_taking_the_next_chapter(monkeypatch, tmp_path):
-    """build_profiles(engines=2): two engines, every chapter profiled once, a free engine takes the next chapter in
-    the order given (here the first engine is held on the first chapter until the other has built three), and an
-    engine's error reaches the caller."""
+    """build_profiles(engines=2): two engines, every chapter profiled once (a chapter listed twice too), a free engine
+    takes the next chapter in the order given (here the first engine is held on the first chapter until the other has
+    built three); an engine's error reaches the caller and stops the other engine at its next chapter."""
     from autograder import isolation
 
     chapters = [f"{i:02d}_chapter" for i in range(1, 6)]
-    course = write_chapter(tmp_path / "c", chapters[0], [("setup", "x = 1", "setup")])
-    for ch in chapters[1:]:
-        write_chapter(tmp_path / "c", ch, [("setup", "x = 1", "setup")])
-    built, third = [], threading.Event()
+    for ch in [*chapters, "broken"]:
+        course = write_chapter(tmp_path / "c", ch, [("setup", "x = 1", "setup")])
+    built, release = [], threading.Event()
 
     class FakeEngine:
         def __init__(self, course_root, limits):
@@ -198,41 +197,45 @@ def test_profiles_built_by_two_engines_each_taking_the_next_chapter(monkeypatch,
 
         def profile(self, chapter):
             if chapter == chapters[0]:
-                assert third.wait(20), "the other engine did not go on while this one was busy"
-            if chapter == "broken":
+                assert release.wait(20), "the other engine did not go on while this one was busy"
+            if chapter == "broken":  # the held engine goes on a moment after this error left its engine
+                threading.Timer(0.3, release.set).start()
                 raise isolation.GraderError("the reference run of broken did not finish")
             built.append((chapter, id(self)))
             if len(built) == 3:
-                third.set()
+                release.set()
 
     monkeypatch.setattr(isolation, "Engine", FakeEngine)
-    paths = isolation.build_profiles(course.root, chapters, engines=2)
-    assert paths == [isolation.profile_path(course, ch) for ch in chapters]
+    paths = isolation.build_profiles(course.root, [*chapters, chapters[2]], engines=2)
+    assert paths == [isolation.profile_path(course, ch) for ch in [*chapters, chapters[2]]]
     assert sorted(ch for ch, _ in built) == sorted(chapters) and len({e for _, e in built}) == 2
     assert [ch for ch, _ in built][:3] == chapters[1:4]
     built.clear()
-    write_chapter(tmp_path / "c", "broken", [("setup", "x = 1", "setup")])
+    release.clear()
     with pytest.raises(isolation.GraderError, match="broken did not finish"):
-        isolation.build_profiles(course.root, ["broken", *chapters[1:]], engines=2)
+        isolation.build_profiles(course.root, [chapters[0], "broken", *chapters[1:]], engines=2)
+    assert [ch for ch, _ in built] == [chapters[0]], "the engine still free went on after the other's error"
 
 
 @pytest.mark.unit
 @pytest.mark.timeout(60)
 def test_the_waiting_case_is_graded_beside_the_others_and_the_alone_cases_after_it(monkeypatch, tmp_path):
-    """run.grade_cases: the case that waits for the wall clock is graded by a second engine while the first grades
-    the others (the two gradings meet at a barrier, which a one-after-the-other order never reaches); the alone
-    cases (fork bomb, memory bomb, the grader's pipes) start only once the second engine is closed; each engine
-    grades the reference last."""
-    log, meet = [], threading.Barrier(2, timeout=20)
+    """run.grade_cases: the case that waits for the wall clock is graded by a second engine, with the batch's limits,
+    while the first grades the others (the two gradings meet at a barrier, which a one-after-the-other order never
+    reaches); the alone cases start only once the second engine is closed (it takes its time to close here, so an
+    alone case graded beside it would be seen); each engine grades the reference last."""
+    log, meet, engines = [], threading.Barrier(2, timeout=20), []
 
     class FakeEngine:
         def __init__(self, course_root, limits):
             self.course, self.limits = Course(course_root), limits
+            engines.append(self)
 
         def __enter__(self):
             return self
 
         def __exit__(self, *exc):
+            time.sleep(0.5)  # a zygote takes a while to stop: the main engine must not go on meanwhile
             log.append(("closed", "", id(self)))
 
         def profile(self, chapter):
@@ -242,21 +245,25 @@ def test_the_waiting_case_is_graded_beside_the_others_and_the_alone_cases_after_
             if any(c.waits and c.name == path.parent.name for c in CASES) or not log:
                 meet.wait()  # the waiting case, and the first engine's first notebook
             log.append(("grade", path.parent.name, id(self)))
-            return student
+            return (student, id(self))
 
     monkeypatch.setattr(run, "Engine", FakeEngine)
     paths = {c.name: tmp_path / c.name / c.file_name for c in CASES}
     paths["__after__"] = tmp_path / "__after__" / f"{CHAPTER}.ipynb"
     main = FakeEngine(tmp_path, LIMITS)
     results = run.grade_cases(main, paths)
+    assert len(engines) == 2 and engines[1].limits is main.limits, "one second engine, with the batch's limits"
+    side = id(engines[1])
     assert set(results) == set(paths) | {run.AFTER_WAITING}
-    side = {e for kind, _, e in log if e != id(main)}
-    assert len(side) == 1, "one second engine"
-    side_closed = log.index(("closed", "", *side))
-    waiting = [i for i, (k, name, e) in enumerate(log) if e in side and k == "grade"]
-    assert [log[i][1] for i in waiting] == [c.name for c in CASES if c.waits] + ["__after__"]
+    assert results[run.AFTER_WAITING] == (run.AFTER_WAITING, side)
+    for c in CASES:
+        assert results[c.name] == (c.student or c.name, side if c.waits else id(main)), c.name
+    assert {c.name for c in CASES if c.waits} == {"swallows_interrupt"}
+    assert {c.name for c in CASES if c.alone} == {"infinite_loop", "fork_bomb", "memory_bomb", "grader_pipes_via_proc"}
+    side_closed = log.index(("closed", "", side))
+    assert [name for k, name, e in log if e == side and k == "grade"] == ["swallows_interrupt", "__after__"]
     alone = [i for i, (k, name, e) in enumerate(log) if any(c.alone and c.name == name for c in CASES)]
-    assert len(alone) == sum(c.alone for c in CASES) >= 3 and min(alone) > side_closed
+    assert len(alone) == 4 and min(alone) > side_closed
     assert log[-1] == ("grade", "__after__", id(main))
 
 
@@ -274,6 +281,9 @@ def assert_contained(batch: dict, case) -> None:
     assert results["__after__"].score == FULL, "the engine is not healthy after the hostile corpus"
     if any(c.waits and c.name in results for c in CASES):  # graded by a second engine (run.grade_cases)
         assert results[run.AFTER_WAITING].score == FULL, "the second engine is not healthy after the cases that wait"
+        assert results[run.AFTER_WAITING].isolation == results["__after__"].isolation, "the engines' levels differ"
+    if case.waits:
+        assert results[case.name].isolation == results["__after__"].isolation, "graded at another level"
     assert batch["changed"] == [], f"files outside the sandbox changed: {batch['changed']}"
     assert batch["server"] == [], f"the loopback server was reached: {batch['server']}"
     assert batch["ipc_left"] == [], f"System V IPC objects left on the host: {batch['ipc_left']}"

@@ -78,9 +78,12 @@ class Case:
     student: str = ""  # the id the notebook is graded under (a folder name the learner chose); "": the case's name
     # How run.grade_cases schedules it. ``waits``: the case only sleeps until the notebook's wall clock kills it,
     # so a second engine grades it beside the others (the batch's waits then overlap its work). ``alone``: graded
-    # only once that second engine is done, because the case takes what the two would share: RLIMIT_NPROC counts
-    # every process of an account (the rlimits levels), memory_bomb must win its race against the cell timeout
-    # on a machine no busier than usual, and grader_pipes_via_proc writes into every pipe of the grader's process.
+    # only once that second engine is closed, so that neither engine's start or work touches the case: at the
+    # process-rlimits level every process of the account counts against one RLIMIT_NPROC (fork_bomb);
+    # infinite_loop and memory_bomb race the cell timeout (the loop's remaining cells must still fit in the
+    # notebook's 8 s, and the bomb must reach the memory limit within 3 s); grader_pipes_via_proc writes into every
+    # pipe of the grader's process it can reach. (The other pytest worker may still be busy: these limits already
+    # leave room for a loaded 2-core machine, LIMITS above.)
     waits: bool = False
     alone: bool = False
 
@@ -718,7 +721,7 @@ CASES = [
     Case("infinite_loop", "`while True: pass` at the top of the scores cell: the cell times out, the notebook "
          "goes on, and everything that needs dot_score fails",
          lambda ctx: prepend(reference(ctx), "scores", "while True:\n    pass"),
-         "graded", FULL - 20, failing=SCORES_AND_SDPA, outputs_contain=("CellTimeout",)),
+         "graded", FULL - 20, failing=SCORES_AND_SDPA, outputs_contain=("CellTimeout",), alone=True),
     Case("swallows_interrupt", "ignores the alarm and swallows every interrupt: the wall clock kills it",
          lambda ctx: insert_after(reference(ctx), "setup", SWALLOW),
          "zero", 0.0, reason=f"timeout: notebook exceeded {LIMITS['notebook_timeout_s']} s",
