@@ -155,9 +155,16 @@ def build_profiles(course_root: Path, chapters: list[str], limits: "Limits | Non
             raise
 
     count = max(1, min(engines, len(todo)))
+    if count == 1:
+        build()  # in the caller's thread: Ctrl-C stops it at once
+        return paths
     with ThreadPoolExecutor(max_workers=count) as pool:
-        for done in as_completed([pool.submit(build) for _ in range(count)]):
-            done.result()  # the first engine's error to happen (a missing capability, a failing reference)
+        try:
+            for done in as_completed([pool.submit(build) for _ in range(count)]):
+                done.result()  # the first engine's error to happen (a missing capability, a failing reference)
+        except BaseException:
+            failed.set()  # that error, or Ctrl-C here: the other engines stop at their next chapter
+            raise
     return paths
 
 

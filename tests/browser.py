@@ -47,9 +47,14 @@ class Browser:
     def open(self, url: str, settle_js: str, timeout: float = 30.0) -> "Page":
         req = urllib.request.Request(f"http://127.0.0.1:{self.port}/json/new?about:blank", method="PUT")
         target = json.loads(urllib.request.urlopen(req, timeout=10).read())
-        page = Page(target["webSocketDebuggerUrl"])
+        page = Page(target["webSocketDebuggerUrl"], target["id"], f"http://127.0.0.1:{self.port}/json/close/{target['id']}")
         page.load(url, settle_js, timeout)
         return page
+
+    def tabs(self) -> set[str]:
+        """The ids of the open tabs."""
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/json/list", timeout=10) as r:
+            return {t["id"] for t in json.loads(r.read()) if t.get("type") == "page"}
 
     def close(self):
         if self._proc.poll() is None:
@@ -59,8 +64,9 @@ class Browser:
 
 
 class Page:
-    def __init__(self, ws_url: str):
-        self._ws_url = ws_url  # ws://127.0.0.1:PORT/devtools/page/ID
+    def __init__(self, ws_url: str, target_id: str, close_url: str):
+        self.id = target_id  # the tab's, as Browser.tabs lists it
+        self._close_url = close_url  # the DevTools endpoint that closes this tab
         self._ws = websocket.create_connection(ws_url, timeout=30)
         self._id = 0
         self.errors: list[str] = []
@@ -135,5 +141,4 @@ class Page:
     def close(self):
         """Close the tab, not only the connection to it (an open tab keeps its page's scripts running)."""
         self._ws.close()
-        host, target = self._ws_url.split("//", 1)[1].split("/devtools/page/")
-        urllib.request.urlopen(f"http://{host}/json/close/{target}", timeout=10).read()
+        urllib.request.urlopen(self._close_url, timeout=10).read()
