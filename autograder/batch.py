@@ -40,7 +40,7 @@ from . import learner_files
 from .backends import (_THREAD_ENV, DaskBackend, LocalBackend, _close_engine, _grade_with,  # noqa: F401
                        _local_worker, _make_engine, _prepare_with, grade_on_dask_worker, prepare_on_dask_worker)
 from .course import Course
-from .discovery import (ENGINE_MODULE, NOTHING_SUBMITTED, OUTPUTS_STATE, Task, _refuse_course_copies,  # noqa: F401
+from .discovery import (ENGINE_MODULE, NOTHING_SUBMITTED, OUTPUTS_STATE, Task,  # noqa: F401
                         _sha, discover, engine_module_name, failed_result, grading_code_hash, grading_sources,
                         missing_result, outputs_current, outputs_digest, recorded_keys, submission_bytes,
                         submission_key)
@@ -134,7 +134,6 @@ def grade(course: Course, chapters: list[str] | None = None, *, workers: int | N
                 f"report are current)")
             log(summary.line())
             return summary
-    _refuse_course_copies(course, todo, contents)
     expected_runnable = sum(1 for t in todo if not t.refusal)
 
     if scheduler:

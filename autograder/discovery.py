@@ -217,23 +217,3 @@ def missing_result(task: Task, max_score: float) -> GradingResult:
                                   declared_max=max_score,
                                   flags=(task.refusal,) if refused else ())  # refused: the instructor should look
 
-
-def _refuse_course_copies(course: Course, tasks: list[Task], contents: dict) -> None:
-    """A submission that holds the course's hidden tests is the course's own notebook (e.g. a symlink to it that
-    ``nbgrader collect`` followed): refused, zero with the reason. The release never carries hidden tests, so a
-    learner's own work cannot hold them. The reference solution's code alone is not evidence (a correct
-    answer may be written exactly as the reference writes it) and is graded as usual."""
-    import nbformat
-
-    hidden: dict[str, set] = {}
-    for task in tasks:
-        content = contents.get(id(task))
-        if task.refusal or content is None:
-            continue
-        if task.chapter not in hidden:
-            release = course.release_notebook(task.chapter)
-            hidden[task.chapter] = learner_files.hidden_test_lines(
-                nbformat.read(course.source_notebook(task.chapter), as_version=4),
-                nbformat.read(release, as_version=4) if release.is_file() else None)
-        if learner_files.carries_hidden_tests(content, hidden[task.chapter]):
-            task.refusal = learner_files.HIDDEN_TESTS_REASON

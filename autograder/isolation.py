@@ -69,7 +69,7 @@ from attention_course.cells import (GRADING_SEED_BASE, RECORD_MIME, cell_seed, g
 from attention_course.expected import profile_digest, read_profile, reference_table  # noqa: F401 - the file format's owner
 from attention_course.kinds import REGISTRY
 
-from . import intake, learner_files, memory_budget, sandbox, structure, trusted
+from . import intake, kit, learner_files, memory_budget, sandbox, structure, trusted
 from .course import Course
 from .reinitialise import reinitialised
 from .results import CellResult, GradingResult
@@ -179,6 +179,7 @@ class Engine:
         self._proc: subprocess.Popen | None = None
         self._lock = threading.RLock()
         self._profiles: dict[str, dict] = {}
+        self._hidden: dict[str, tuple[bytes, learner_files.HiddenRuns]] = {}  # per chapter, keyed by its files' hash
         self._log = None
         self._warm: set[str] = set()  # lazy imports the running zygote has been asked to make (runner.WARM_UPS)
 
@@ -520,6 +521,19 @@ class Engine:
             graded = []
         return GradingResult.unscored(status=status, reason=reason, graded=graded, **base, **fields)
 
+    def _hidden_runs(self, chapter: str, source: nbformat.NotebookNode) -> learner_files.HiddenRuns:
+        """The chapter's hidden-test runs (learner_files.hidden_runs against every public file, kit.published),
+        computed once per chapter and engine (about 0.05 s and the chapter's hidden lines in memory), again only
+        when the chapter's source or release changed."""
+        release = self.course.release_notebook(chapter)
+        key = hashlib.sha256(self.course.source_notebook(chapter).read_bytes() + b"\0"
+                             + (release.read_bytes() if release.is_file() else b"")).digest()
+        cached = self._hidden.get(chapter)
+        if cached is None or cached[0] != key:
+            cached = (key, learner_files.hidden_runs(source, learner_files.public_texts(*kit.published(self.course))))
+            self._hidden[chapter] = cached
+        return cached[1]
+
     def _grade(self, chapter: str, submission: Path, base: dict) -> GradingResult:
         src_path = self.course.source_notebook(chapter)
         if not src_path.is_file():
@@ -531,15 +545,12 @@ class Engine:
         source = nbformat.read(src_path, as_version=4)
         release_path = self.course.release_notebook(chapter)
         release = nbformat.read(release_path, as_version=4) if release_path.is_file() else None
-        # The course's own solution (a symlink nbgrader collect followed, a hard link, a copy) is not the learner's
-        # work: refused here too, not only by `grade`'s discovery, so grade-one and every worker hold the same rule
-        # (learner_files owns it). Refused before it runs: the hidden tests never execute as a learner's cells.
-        # Only against a release: without one there is no telling what the learner was given (a chapter that is
-        # not released yet, such as the tests' synthetic ones, grades its source as a learner's notebook).
-        hidden = learner_files.hidden_test_lines(source, release) if release is not None else set()
-        if learner_files.carries_hidden_tests(nbformat.writes(nb).encode("utf-8", "replace"), hidden):
-            reason = learner_files.HIDDEN_TESTS_REASON
-            return self._unscored(chapter, base, "zero", reason, flags=(*intake_flags, reason))
+        # A copy of the course's own notebook (a symlink nbgrader collect followed, a file passed around) holds runs
+        # of hidden-test lines that no public file has (learner_files owns the rule). That is evidence for the
+        # instructor (result.suspicions), never a score: the notebook is graded as usual, so nothing a learner sees
+        # depends on it and the grader answers no question about which lines are hidden (issue 41, class 4).
+        copied = learner_files.copied_hidden_run((c.source for c in nb.cells), self._hidden_runs(chapter, source))
+        suspicions = (learner_files.suspicion(copied),) if copied else ()
         prof = self.profile(chapter)
         fixed = structure.repair(nb, source, release)
         # The chapter's own demo cells, left as released, are skipped as in the reference run: they draw figures
@@ -552,10 +563,11 @@ class Engine:
         if report.get("status") == "error":
             raise GraderError(report.get("reason", "sandbox error"))
         executed = _merge_outputs(fixed.nb, report)
-        found = {"flags": intake_flags + fixed.flags + output_flags,
+        found = {"flags": intake_flags + fixed.flags + output_flags, "suspicions": suspicions,
                  "executed_notebook": json.loads(nbformat.writes(executed))}  # plain JSON, as nbformat writes it
-        if report.get("status") != "ok":
-            return self._unscored(chapter, base, "zero", str(report.get("reason", "kernel died")), **found)
+        if report.get("status") != "ok":  # the monitor's reason is its own words; the kernel's are learner_said
+            return self._unscored(chapter, base, "zero", str(report.get("reason", "kernel died")),
+                                  learner_said=report.get("learner_said") or (), **found)
         leaks = trusted.LeakFilter([c.source for c in source.cells if is_graded_test(c) and trusted.is_hidden(c.source)])
         decided = _decide(prof, executed, fixed.tests, self._graded_cells(chapter), leaks, self.limits.cell_timeout_s)
         return GradingResult(status="graded", cells=tuple(_add_budget_notes(decided, notes)), **base, **found)

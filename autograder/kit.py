@@ -28,6 +28,8 @@ import tempfile
 import tomllib
 from pathlib import Path
 
+import attention_course
+
 from .course import Course
 
 # PyTorch's CPU wheels: on Linux, PyPI's torch is the CUDA build (several GB); this index holds the CPU one.
@@ -112,6 +114,24 @@ In a class, your instructor says how (an upload of the saved `.ipynb`, or the cl
 
 Chapters in this kit: {chapters}.
 """
+
+
+def published(course: Course) -> tuple[list[Path], list[str]]:
+    """What a learner can read of the course, as (files, texts): every file of ``chapters/`` (every chapter's
+    release and what is released beside it: the book and the kit publish them; the self-check's reference outputs
+    are taken from them), every file of the learner package (what the kit's wheel ships and the grader imports),
+    the book's front page and the course's requirements; and the kit's own README. The grader treats a line of any
+    of them as known to every learner (autograder/learner_files.py, hidden runs)."""
+    roots = [course.chapters_dir, Path(attention_course.__file__).parent, course.root / "index.md",
+             course.root / "requirements.txt"]
+    files = []
+    for root in roots:
+        if root.is_file():
+            files.append(root)
+        elif root.is_dir():
+            files += sorted(p for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts
+                            and p.suffix != ".pyc")
+    return files, [README]
 
 
 def _learner_release(release: Path) -> dict:

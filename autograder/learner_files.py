@@ -17,9 +17,9 @@ collect, earned full marks). The rules here:
 - **A student id is data.** :func:`student_id` turns a folder name (bytes, as the filesystem holds it)
   into the id the gradebook records: printable text, at most :data:`MAX_ID_CHARS` characters, the same
   for the same folder on every run, different for different folders.
-- **The course's hidden tests never come back as a learner's work.** :func:`hidden_test_lines` lists lines
-  that only the course's source notebook holds (its hidden tests, which no release carries); a submission
-  holding several of them is the course's own notebook (e.g. collected through a symlink) and scores zero.
+- **The course's hidden tests in a submission are evidence, not a score.** :func:`hidden_runs` lists the runs
+  of consecutive hidden-test lines that no public file of the course holds; a submission holding one
+  (:func:`copied_hidden_run`) may be the course's own notebook: graded as usual, and the instructor is told.
 
 Nothing here raises for a learner's input; every function returns what it found.
 """
@@ -43,14 +43,6 @@ MAX_ENTRIES = 2000
 # nbgrader's gradebook keeps student ids in VARCHAR(128) columns (PostgreSQL enforces the length).
 MAX_ID_CHARS = 128
 EXCHANGE_FILES = ("timestamp.txt", "submission_secret.txt")
-# A submission must hold at least this many of the course's hidden-test lines (each at least MIN_LINE_CHARS
-# long, none of them in the release) to be taken for the course's own notebook: one line such as a seeded
-# generator could be written independently; several verbatim, in a file the learner never saw, cannot.
-MIN_HIDDEN_MATCHES = 3
-MIN_LINE_CHARS = 30
-
-HIDDEN_TESTS_REASON = ("the submission contains the course's hidden tests (it is a copy of the course's solution "
-                       "notebook, not the learner's work)")
 
 
 class NotReadable(Exception):
@@ -321,47 +313,137 @@ def feedback_exchange_files(found_exchange: dict[str, bytes]) -> dict[str, bytes
 
 
 # -- the course's hidden tests --------------------------------------------------------------------------------
-def _lines(text: str) -> set[str]:
-    return {line.strip() for line in text.replace("\r\n", "\n").split("\n")}
+# A copy of the course's own notebook (a symlink that `nbgrader collect` followed, a file passed around) holds its
+# hidden tests, which no learner was given. That is evidence for the instructor, never a score: the notebook is
+# graded as usual and the match is reported on the instructor's side only (GradingResult.suspicions), so no
+# learner can use the grader to learn whether some lines are hidden-test lines (issue 41, class 4).
+#
+# Only lines that no public file of the course holds count: a line of a release (any chapter's), of the learner
+# package or of the kit's own text (``g = torch.Generator().manual_seed(3)`` is in several) may be written by a
+# learner who read it there. And they count only as a run of RUN_LINES consecutive lines of one hidden region, in
+# that order, as consecutive lines of one submitted cell: one such line (``out, w = scaled_dot_product_attention(q,
+# k, v)``) can be written independently, three in a row, verbatim, from a file the learner never saw, cannot. Three
+# is also the most every region allows: chapter 7 has a region whose longest such run is three lines, so a longer
+# run would miss a copy of it (tests/test_malformed_class.py checks that every region of every chapter has one).
+RUN_LINES = 3
+MIN_LINE_CHARS = 30  # shorter lines (``for d in dims:``, ``)``) are anyone's: they never count
+SUSPICION = ("the notebook holds {n} consecutive lines of the course's hidden tests (test cell {cell}) that no "
+             "public file of the course contains: it may be a copy of the course's solution notebook (graded as "
+             "usual; not shown to the learner)")
 
 
-def hidden_test_lines(source_nb, release_nb) -> set[str]:
-    """Lines of the source notebook's hidden-test regions (``BEGIN HIDDEN TESTS`` .. ``END HIDDEN TESTS``) that
-    are at least :data:`MIN_LINE_CHARS` long and appear nowhere in the release."""
-    released = set()
-    for cell in (release_nb.cells if release_nb is not None else []):
-        released |= _lines(cell.source)
-    hidden = set()
+def normal_line(line: str) -> str:
+    """A line as the comparison sees it: no leading, trailing or repeated whitespace."""
+    return " ".join(line.split())
+
+
+def _strings(value, out: list[str], key: str = "") -> None:
+    """Every text of a notebook's JSON (sources and outputs; base64 images left out), iteratively."""
+    stack = [(key, value)]
+    while stack:
+        key, v = stack.pop()
+        if key.startswith("image/"):
+            continue
+        if isinstance(v, str):
+            out.append(v)
+        elif isinstance(v, list) and all(isinstance(x, str) for x in v):
+            out.append("".join(v))  # nbformat's list-of-lines source
+        elif isinstance(v, list):
+            stack.extend((key, x) for x in v)
+        elif isinstance(v, dict):
+            stack.extend(v.items())
+
+
+def public_texts(files: list[Path], extra: list[str] = ()):
+    """The text of every public file in ``files`` (a notebook's every source and output; any other file as
+    UTF-8, undecodable bytes replaced), then ``extra`` (the kit's own texts), one at a time: what
+    ``kit.published`` lists. The course's own files, not a learner's: about 0.8 MB of text today."""
+    for path in files:
+        try:
+            raw = path.read_bytes().decode("utf-8", "replace")
+        except OSError:
+            continue
+        if path.suffix == ".ipynb":
+            try:
+                texts: list[str] = []
+                _strings(json.loads(raw), texts)
+                yield "\n".join(texts)
+                continue
+            except (ValueError, RecursionError):
+                pass
+        yield raw
+    yield from extra
+
+
+@dataclass(frozen=True)
+class HiddenRuns:
+    """A chapter's hidden-test runs: ``{run of RUN_LINES normal lines: the grade_id of its test cell}``."""
+    runs: dict = field(default_factory=dict)
+    longest: int = 0  # characters of the longest line in a run: a longer submitted line is not compared
+
+    def __bool__(self) -> bool:
+        return bool(self.runs)
+
+
+def hidden_runs(source_nb, public) -> HiddenRuns:
+    """The runs of RUN_LINES consecutive non-blank lines of one hidden-test region (``BEGIN HIDDEN TESTS`` ..
+    ``END HIDDEN TESTS``) of the source notebook in which every line is at least MIN_LINE_CHARS long and in no
+    text of ``public`` (an iterable of texts, read once: :func:`public_texts` of ``kit.published``).
+
+    Budget: memory for the chapter's hidden lines only (the public texts are streamed, one file at a time); time
+    one substring search per hidden line and public text, about 0.03 s for a chapter of 300 hidden lines against
+    the whole course's 0.8 MB of public text (measured in tests/test_malformed_class.py's unit test)."""
+    regions: list[tuple[str, list[str]]] = []
     for cell in source_nb.cells:
         inside = False
+        gid = (cell.get("metadata", {}).get("nbgrader", {}) or {}).get("grade_id", "?")
         for line in cell.source.replace("\r\n", "\n").split("\n"):
             if "BEGIN HIDDEN TESTS" in line:
                 inside = True
+                regions.append((str(gid), []))
             elif "END HIDDEN TESTS" in line:
                 inside = False
-            elif inside and len(line.strip()) >= MIN_LINE_CHARS and line.strip() not in released:
-                hidden.add(line.strip())
-    return hidden
+            elif inside and line.strip():
+                regions[-1][1].append(normal_line(line))
+    candidates = {line for _, lines in regions for line in lines if len(line) >= MIN_LINE_CHARS}
+    for text in public:
+        if not candidates:
+            break
+        shown = "\n".join(normal_line(line) for line in text.split("\n"))  # a line never matches across lines
+        candidates -= {line for line in candidates if line in shown}
+    runs: dict[tuple[str, ...], str] = {}
+    for gid, lines in regions:
+        for i in range(len(lines) - RUN_LINES + 1):
+            run = tuple(lines[i:i + RUN_LINES])
+            if all(line in candidates for line in run):
+                runs.setdefault(run, gid)
+    return HiddenRuns(runs, max((len(line) for run in runs for line in run), default=0))
 
 
-def carries_hidden_tests(content: bytes, hidden: set[str]) -> bool:
-    """Whether a submitted notebook's cells hold at least :data:`MIN_HIDDEN_MATCHES` of the ``hidden`` lines
-    (all of them, when the chapter has fewer). A file that is not a notebook carries nothing (the engine
-    scores it zero with its own reason)."""
+def copied_hidden_run(sources, hidden: HiddenRuns) -> str | None:
+    """The grade_id of the test cell whose hidden run a submitted notebook's cell holds (``sources``: the cells'
+    source texts), or None. Linear in the text: lines longer than any hidden line are not normalised, and each
+    cell's lines are looked up RUN_LINES at a time."""
     if not hidden:
-        return False
-    try:
-        data = json.loads(content.decode("utf-8", "replace"))
-    except (ValueError, RecursionError):
-        return False
-    cells = data.get("cells") if isinstance(data, dict) else None
-    if not isinstance(cells, list):
-        return False
-    seen: set[str] = set()
-    for cell in cells:
-        src = cell.get("source", "") if isinstance(cell, dict) else ""
-        if isinstance(src, list):
-            src = "".join(s for s in src if isinstance(s, str))
-        if isinstance(src, str):
-            seen |= _lines(src) & hidden
-    return len(seen) >= min(MIN_HIDDEN_MATCHES, len(hidden))
+        return None
+    firsts = {run[0] for run in hidden.runs}
+    limit = 4 * hidden.longest + 64  # leading indentation and inner spaces, normalised away, may be long
+    for src in sources:
+        if not isinstance(src, str):
+            continue
+        lines = []
+        for raw in src.split("\n"):
+            if not raw.strip():
+                continue
+            lines.append(normal_line(raw) if len(raw) <= limit else None)  # None: too long to be a hidden line
+        for i in range(len(lines) - RUN_LINES + 1):
+            if lines[i] in firsts:
+                gid = hidden.runs.get(tuple(lines[i:i + RUN_LINES]))
+                if gid is not None:
+                    return gid
+    return None
+
+
+def suspicion(grade_id: str) -> str:
+    """The instructor's note on a notebook that holds a hidden run (never shown to the learner)."""
+    return SUSPICION.format(n=RUN_LINES, cell=grade_id)

@@ -86,15 +86,17 @@ def write_csv(course: Course, rows: list[GradingResult]) -> tuple[Path, Path]:
     from .report import outcome  # "graded", "scored zero" or "not gradable": the report's and summary's words
 
     # score is before any late penalty; late_hours, late_penalty and final_score (after it) come from the
-    # gradebook's nbgrader columns (autograder/deadlines.py).
+    # gradebook's nbgrader columns (autograder/deadlines.py). suspicion: the instructor's evidence (a copy of the
+    # course's hidden tests), which no learner sees: flagged and flags are what the feedback page shows.
     w.writerow(["student", "chapter", "status", "score", "max_score", "percent", "flagged", "flags", "reason",
-                "graded_at", "late_hours", "late_penalty", "final_score", "outcome"])
+                "graded_at", "late_hours", "late_penalty", "final_score", "outcome", "suspicion"])
     for r in sorted(rows, key=lambda r: (r.student, r.chapter)):
         pct = 100.0 * r.score / r.max_score if r.max_score else 0.0
         w.writerow([r.student, r.chapter, r.status, f"{r.score:g}", f"{r.max_score:g}", f"{pct:.1f}",
                     "yes" if r.flags else "no", " | ".join(r.flags), r.reason,
                     r.graded_at.isoformat(timespec="seconds") if r.graded_at else "",
-                    f"{r.late_seconds / 3600:.2f}", f"{r.penalty:g}", f"{max(0.0, r.score - r.penalty):g}", outcome(r)])
+                    f"{r.late_seconds / 3600:.2f}", f"{r.penalty:g}", f"{max(0.0, r.score - r.penalty):g}", outcome(r),
+                    " | ".join(r.suspicions)])
     _write_atomic(out, buf.getvalue())
     per_cell = course.grading / "grades_by_exercise.csv"
     buf = io.StringIO()

@@ -2,9 +2,12 @@
 
 It shows, from the results recorded in the gradebook: a summary per chapter; the score distribution per
 chapter and per exercise (graded test cell); a learners x exercises heatmap per chapter; the checks that
-failed most with the verdict messages learners saw; flagged notebooks; every notebook that scored zero and
-why (could not be graded, with its reason, or graded with no check passed, e.g. a blank submission), and,
-apart from those, submissions the grader could not grade in the last run (grader errors, never recorded).
+failed most with the verdict messages learners saw; flagged notebooks; suspicions (evidence for the instructor
+that no learner sees, such as a copy of the course's hidden tests); every notebook that scored zero and why
+(could not be graded, with its reason, or graded with no check passed, e.g. a blank submission); what notebooks
+themselves said (``GradingResult.learner_said``: the learner's text, shown under its own label, never as the
+grader's), and, apart from those, submissions the grader could not grade in the last run (grader errors, never
+recorded).
 """
 from __future__ import annotations
 
@@ -22,6 +25,7 @@ from .course import Course
 from .results import GradingResult
 
 REPORT_NAME = "class_report.html"
+LEARNER_SAID = "The notebook's own text (untrusted)"
 
 
 def exercise_order(course: Course, chapters: list[str]) -> dict[str, list[tuple[str, float]]]:
@@ -348,6 +352,11 @@ def render(course: Course, rows: list[GradingResult], failures: list[dict] | Non
                 "<br>".join(esc(f) for f in r.flags)] for r in rows if r.flags]
     parts.append("<h2>Flagged notebooks</h2>" + (_table(["student", "chapter", "score", "flags"], flagged)
                                                  if flagged else "<p>None.</p>"))
+    suspected = [[esc(r.student), esc(r.chapter), f"{r.score:g} / {r.max_score:g}",
+                  "<br>".join(esc(s) for s in r.suspicions)] for r in rows if r.suspicions]
+    parts.append("<h2>Suspicions (instructors only)</h2><p>Evidence the grader found, graded as usual and never "
+                 "shown to the learner: a reason to look at the notebook, not proof.</p>"
+                 + (_table(["student", "chapter", "score", "suspicion"], suspected) if suspected else "<p>None.</p>"))
     late = [r for r in rows if r.late_seconds > 0]
     if late:  # nbgrader's columns, written by the gradebook writer with the course's policy (autograder/deadlines.py)
         from .deadlines import how_late
@@ -364,6 +373,12 @@ def render(course: Course, rows: list[GradingResult], failures: list[dict] | Non
              for r in rows if zero_reason(r)]
     parts.append("<h2>Notebooks that scored zero</h2>" + (_table(["student", "chapter", "score", "why"], zeros)
                                                           if zeros else "<p>None.</p>"))
+    said = [[esc(r.student), esc(r.chapter), esc(label), f"<q class=untrusted>{esc(text)}</q>"]
+            for r in rows for label, text in r.learner_said]
+    if said:  # the learner's words, which may claim anything ("a grader bug: award full marks"): never a reason
+        parts.append(f"<h2>{LEARNER_SAID}</h2><p>Text the notebook itself produced, kept for you to read as the "
+                     "learner's words: the grader did not write it and vouches for none of it.</p>"
+                     + _table(["student", "chapter", "what", "the notebook's text"], said))
     if similarity is not None:
         from .similarity import STYLE as similarity_style
 
@@ -379,7 +394,7 @@ def render(course: Course, rows: list[GradingResult], failures: list[dict] | Non
     style = ("body{font-family:sans-serif;margin:2em;max-width:1400px}table{border-collapse:collapse;margin:1em 0}"
              "td,th{border:1px solid #ccc;padding:3px 8px;text-align:left;vertical-align:top;font-size:13px}"
              "th{background:#f0f0f0}.n{color:#888}.fig{overflow-x:auto}.fig img{display:block;margin:0 0 1em}"
-             "pre{white-space:pre-wrap;margin:0}")
+             "pre{white-space:pre-wrap;margin:0}q.untrusted{font-family:monospace;background:#fff3f3}")
     from .safe_output import CSP_META  # no script, no remote resource (issue 24)
 
     return (f"<!DOCTYPE html><html><head><meta charset='utf-8'>{CSP_META}<title>Class report</title>"

@@ -13,6 +13,14 @@ lose control characters and terminal escape codes (``autograder.learner_text``),
 to the writers, because it depends on where the text goes: HTML (``html.escape`` in the feedback page and the
 class report), CSV (``export.safe_writer``: no cell read as a formula), figures (mathtext off, ``report``).
 
+**Whose words.** ``reason``, ``flags``, ``suspicions`` and the cells' messages are the grader's own sentences: a
+producer puts no text of the learner's process or file in them (an exception is named from a fixed list,
+``learner_text.exception_name``). What the notebook itself said, where an instructor may want it (the message of
+the exception that broke the kernel), goes in ``learner_said`` as ``(what it is, in the grader's words, the text)``
+pairs, which the class report shows under its own label and the learner's feedback page never shows (issue 41,
+class 7). ``suspicions`` are for the instructor only too: evidence such as a copy of the course's hidden tests
+(``learner_files.copied_hidden_run``), which must not change anything the learner sees (class 4).
+
 **One wire format.** :meth:`GradingResult.to_json` / :meth:`GradingResult.from_json` are what crosses a process
 or machine boundary (local worker pipes, Dask) and what the gradebook's ``autograder_result`` row keeps (without
 the executed notebook): a JSON object with ``format`` and ``version``; decoding refuses more than
@@ -37,7 +45,8 @@ Status = Literal["graded", "zero", "failed"]  # zero: unusable or killed noteboo
 STATUSES = ("graded", "zero", "failed")
 
 FORMAT = "attention-course/grading-result"
-VERSION = 1
+VERSION = 2  # 2: suspicions and learner_said (issue 41)
+RECORDED_VERSIONS = (1, VERSION)  # what a gradebook row may hold (GradingResult.from_row: read, never refused)
 # The executed notebook travels with a result: a submission is at most 50 MiB (intake.MAX_NOTEBOOK_BYTES) and the
 # kernel's outputs and records at most ~105 MiB at the default limits (sandbox.result_cap); JSON escaping adds some.
 MAX_WIRE_BYTES = 256 << 20
@@ -50,6 +59,8 @@ MAX_REASON_CHARS = 1000
 MAX_FAILURE_CHARS = 4000  # a grader error keeps its traceback's last lines for the instructor
 MAX_ID_CHARS = 256  # a grade_id
 MAX_HTML_CHARS = 4 << 20  # the feedback page the worker rendered
+MAX_LEARNER_SAID = 5  # texts of the notebook's own kept for the instructor
+MAX_LEARNER_CHARS = 2000
 
 GRADER_FAILED = "not graded: the grader failed (not your fault)"
 
@@ -148,8 +159,10 @@ class GradingResult:
     chapter: str
     status: Status = "graded"
     reason: str = ""
-    flags: tuple[str, ...] = ()
+    flags: tuple[str, ...] = ()  # the grader's words about the notebook; the learner's feedback page shows them
     cells: tuple[CellResult, ...] = ()  # in the chapter's order
+    suspicions: tuple[str, ...] = ()  # the grader's words, for the instructor only (never on the feedback page)
+    learner_said: tuple[tuple[str, str], ...] = ()  # (label in the grader's words, the notebook's own text)
     declared_max: float = 0.0
     executed_notebook: Mapping | None = None  # nbformat JSON, hidden tests included: for instructors only
     seconds: float = 0.0
@@ -172,6 +185,18 @@ class GradingResult:
             raise ResultFormatError("flags are not a list")
         flags = tuple(_capped((clean_line(_text(f, "a flag"), MAX_FLAG_CHARS) for f in self.flags), MAX_FLAGS,
                               "flags"))
+        if isinstance(self.suspicions, (str, bytes)):
+            raise ResultFormatError("suspicions are not a list")
+        suspicions = tuple(_capped((clean_line(_text(f, "a suspicion"), MAX_FLAG_CHARS) for f in self.suspicions),
+                                   MAX_FLAGS, "suspicions"))
+        if isinstance(self.learner_said, (str, bytes)) or not isinstance(self.learner_said, Iterable):
+            raise ResultFormatError("learner_said is not a list")
+        said = []
+        for pair in list(self.learner_said)[:MAX_LEARNER_SAID]:
+            if not isinstance(pair, (list, tuple)) or len(pair) != 2:
+                raise ResultFormatError("learner_said is not a list of (label, text) pairs")
+            said.append((clean_line(_text(pair[0], "a learner_said label"), 200),
+                         clean_line(_text(pair[1], "a learner_said text"), MAX_LEARNER_CHARS)))
         cells = tuple(self.cells)
         if not all(isinstance(c, CellResult) for c in cells):
             raise ResultFormatError("a cell result that is not a CellResult")
@@ -192,7 +217,8 @@ class GradingResult:
         # Ids are checked, never changed: they name the gradebook's row and the resume key; discovery made them
         # printable (learner_files.student_id) and every output escapes them.
         _text(self.student, "student"), _text(self.chapter, "chapter")
-        for name, value in (("reason", reason), ("flags", flags), ("cells", cells),
+        for name, value in (("reason", reason), ("flags", flags), ("cells", cells), ("suspicions", suspicions),
+                            ("learner_said", tuple(said)),
                             ("declared_max", max(0.0, _number(self.declared_max, "declared max"))),
                             ("seconds", max(0.0, _number(self.seconds, "seconds"))),
                             ("isolation", clean_line(_text(self.isolation, "isolation"), 200)),
@@ -262,6 +288,7 @@ class GradingResult:
         notebook, as the gradebook keeps it)."""
         out = {"format": FORMAT, "version": VERSION, "student": self.student, "chapter": self.chapter,
                "status": self.status, "reason": self.reason, "flags": list(self.flags),
+               "suspicions": list(self.suspicions), "learner_said": [list(p) for p in self.learner_said],
                "cells": {c.grade_id: c.to_json() for c in self.cells}, "declared_max": self.declared_max,
                "score": self.score, "max_score": self.max_score,  # derived: for readers of the JSON only
                "seconds": self.seconds, "isolation": self.isolation, "timings": dict(self.timings),
@@ -312,7 +339,7 @@ class GradingResult:
         if len(cells) > MAX_CELLS:
             raise ResultFormatError(f"{len(cells)} graded cells, more than {MAX_CELLS}")
         names = ("reason", "flags", "declared_max", "executed_notebook", "seconds", "isolation", "timings", "late",
-                 "feedback_html", "worker", "key")
+                 "feedback_html", "worker", "key", "suspicions", "learner_said")
         fields = {k: data[k] for k in names if data.get(k) is not None}
         if not cells and "declared_max" not in fields and data.get("max_score") is not None:
             fields["declared_max"] = data["max_score"]
@@ -338,7 +365,8 @@ class GradingResult:
     def from_row(cls, row: Mapping, late: Late | None = None) -> "GradingResult":
         """A recorded result, from its gradebook row.
 
-        Rows written before version 1 hold only the per-cell object in ``cells`` (the same as the wire form's). They are read, not refused: the grader itself wrote them, they pass through the same
+        Rows of version 1 (no suspicions, no learner_said) are read as they are. Rows written before version 1
+        hold only the per-cell object in ``cells`` (the same as the wire form's). They are read, not refused: the grader itself wrote them, they pass through the same
         checks as any result, and their resume keys no longer match (the grading code changed), so the next run
         that grades their chapter replaces them. Refusing them would stop ``grade`` for a whole class, on every
         chapter, because the CSV and the class report read every recorded row."""
@@ -347,7 +375,8 @@ class GradingResult:
         except ValueError:
             stored = {}
         if isinstance(stored, Mapping) and "format" in stored:
-            base = cls.from_json(stored)
+            recorded = stored.get("format") == FORMAT and stored.get("version") in RECORDED_VERSIONS
+            base = cls.of(stored) if recorded else cls.from_json(stored)  # from_json refuses it, saying why
         else:
             base = cls.of({"student": row["student"], "chapter": row["chapter"], "status": row["status"],
                            "reason": row["reason"] or "", "flags": json.loads(row["flags"] or "[]"),

@@ -111,7 +111,8 @@ def repair(submission: nbformat.NotebookNode, source: nbformat.NotebookNode,
         if meta:
             free.metadata.pop("nbgrader", None)
             if gid is not None:
-                flags.append(f"unknown grade_id {gid}: its nbgrader metadata was removed")
+                # the grade_id is the learner's text: never quoted in a flag (issue 41, class 7)
+                flags.append("a cell with a grade_id the chapter does not have: its nbgrader metadata was removed")
         segments.setdefault(anchor, []).append(free)
 
     cells = list(segments[None])

@@ -294,6 +294,7 @@ def assert_contained(batch: dict, case) -> None:
     assert r.score == case.score, {c.grade_id: c.messages for c in r.cells if not c.passed}
     assert r.max_score == FULL
     assert sorted(r.flags) == sorted(case.flags)
+    assert r.suspicions == case.suspicions  # the instructor's evidence (issue 41, class 4): only where expected
     if r.status == "graded":
         assert {c.grade_id for c in r.cells if not c.passed} == set(case.failing)
         for c in r.cells:
@@ -494,7 +495,7 @@ def test_structure_repair_restores_and_flags():
     extra.metadata["nbgrader"] = {"grade": True, "grade_id": "test_bonus", "points": 50, "solution": False}
     forged.cells.append(extra)
     fixed = structure.repair(forged, source, release)
-    assert fixed.flags == ["unknown grade_id test_bonus: its nbgrader metadata was removed"]
+    assert fixed.flags == ["a cell with a grade_id the chapter does not have: its nbgrader metadata was removed"]
     assert "test_bonus" not in fixed.tests
 
 

@@ -5,7 +5,8 @@ normal learners: timestamps that are not UTF-8, not a date or huge; student ids 
 formula, a newline, bytes that are not UTF-8 and 200 characters; a missing secret; the course's solution
 notebook reached through a symlink, copied by a collect that followed one, and hard-linked; a FIFO; a notebook
 that is not JSON. ``grade`` must exit 0 with the normal learners graded as usual, every odd one flagged or
-zeroed with its reason, the class report and every export written, and ``release_feedback`` must hand back
+zeroed with its reason (the copy is graded as usual; its hidden tests are a suspicion for the instructor only),
+the class report and every export written, and ``release_feedback`` must hand back
 everyone else's feedback. The unit tests pin the pure pieces (ids, timestamps, CSV cells, hidden-test lines).
 """
 from __future__ import annotations
@@ -22,12 +23,14 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from autograder import export, learner_files, submissions
+from autograder import export, kit, learner_files, submissions
 from autograder.course import Course
-from autograder.learner_files import HIDDEN_TESTS_REASON, student_id
+from autograder.results import GradingResult
+from autograder.trusted import feedback_html
+from autograder.learner_files import student_id
 
 from .batch_support import child_env
-from .conftest import copy_reference_cache
+from .conftest import copy_reference_cache, course_with_engine
 
 CHAPTER = "01_cognitive_attention"
 SECRET = "ab" * 64
@@ -127,19 +130,113 @@ def test_exchange_files_become_flags(tmp_path):
     assert stand_in["timestamp.txt"] == b"unknown" and len(stand_in["submission_secret.txt"]) == 128
 
 
-@pytest.mark.unit
-def test_hidden_test_lines_are_only_in_the_source():
+def _regions(nb) -> list[tuple[str, list[str]]]:
+    """(grade_id, the region's non-blank lines as written) of every hidden-test region of a source notebook."""
+    out = []
+    for cell in nb.cells:
+        inside = False
+        for line in cell.source.split("\n"):
+            if "BEGIN HIDDEN TESTS" in line:
+                inside = True
+                out.append((cell.metadata["nbgrader"]["grade_id"], []))
+            elif "END HIDDEN TESTS" in line:
+                inside = False
+            elif inside and line.strip():
+                out[-1][1].append(line)
+    return out
+
+
+def _sources(nb) -> list[str]:
+    return [c.source for c in nb.cells]
+
+
+@pytest.fixture(scope="module")
+def chapter_runs() -> dict:
     course = Course()
-    source = nbformat.read(course.source_notebook(CHAPTER), as_version=4)
-    release = nbformat.read(course.release_notebook(CHAPTER), as_version=4)
-    hidden = learner_files.hidden_test_lines(source, release)
-    assert len(hidden) >= learner_files.MIN_HIDDEN_MATCHES
-    assert learner_files.carries_hidden_tests(nbformat.writes(source).encode(), hidden)
-    assert not learner_files.carries_hidden_tests(nbformat.writes(release).encode(), hidden)
-    reference = submissions.reference(course, CHAPTER)
-    assert not learner_files.carries_hidden_tests(nbformat.writes(reference).encode(), hidden), \
-        "the reference solution's code alone is not the course's notebook"
-    assert not learner_files.carries_hidden_tests(b"{not json", hidden)
+    return {ch: learner_files.hidden_runs(nbformat.read(course.source_notebook(ch), as_version=4),
+                                          learner_files.public_texts(*kit.published(course)))
+            for ch in course.chapters()}
+
+
+@pytest.mark.unit
+def test_a_copy_of_any_hidden_region_is_seen_and_no_public_notebook_is(chapter_runs):
+    """Every chapter: the course's own notebook holds a hidden run, and so does a cell holding any one hidden region
+    alone (each region has RUN_LINES consecutive lines that no public file holds), however it is indented; the
+    release, the reference answers and the blank notebook hold none."""
+    course = Course()
+    for chapter, runs in chapter_runs.items():
+        source = nbformat.read(course.source_notebook(chapter), as_version=4)
+        assert learner_files.copied_hidden_run(_sources(source), runs), chapter
+        for gid, lines in _regions(source):
+            pasted = "x = 1\n" + "\n\n".join("        " + line for line in lines)  # blank lines and indentation
+            assert learner_files.copied_hidden_run(["import torch", pasted], runs), (chapter, gid)
+        release = nbformat.read(course.release_notebook(chapter), as_version=4)
+        for nb in (release, submissions.reference(course, chapter), submissions.blank(course, chapter)):
+            assert learner_files.copied_hidden_run(_sources(nb), runs) is None, chapter
+
+
+@pytest.mark.unit
+def test_hidden_lines_that_a_public_file_holds_never_count(chapter_runs):
+    """Chapter 3's hidden tests hold three seed lines that other releases and the learner package also hold
+    (issue 41, class 4): a notebook holding the three, one after the other, holds no hidden run. So does one that
+    holds hidden lines out of their order, or RUN_LINES - 1 of them; a run split across two cells is no run."""
+    chapter = "03_scoring_functions"
+    course = Course()
+    runs = chapter_runs[chapter]
+    source = nbformat.read(course.source_notebook(chapter), as_version=4)
+    seeds = [f"g = torch.Generator().manual_seed({n})" for n in (3, 5, 7)]
+    hidden = {learner_files.normal_line(line) for _, lines in _regions(source) for line in lines}
+    public = "\n".join(learner_files.public_texts(*kit.published(course)))
+    assert all(seed in hidden and seed in public for seed in seeds)
+    assert learner_files.copied_hidden_run(["\n".join(seeds)], runs) is None
+    run, gid = sorted(runs.runs.items())[0]
+    assert learner_files.copied_hidden_run(["\n".join(run)], runs) == gid
+    assert learner_files.copied_hidden_run(["\n".join(reversed(run))], runs) is None
+    assert learner_files.copied_hidden_run(["\n".join(run[:-1])], runs) is None
+    assert learner_files.copied_hidden_run(["\n".join(run[:1]), "\n".join(run[1:])], runs) is None
+    assert learner_files.copied_hidden_run(["\n".join(run[:1]) + "\n# mine\n" + "\n".join(run[1:])], runs) is None
+    huge = "\n".join(["x" * 10_000] + list(run))  # a long line is skipped, not normalised; the run still counts
+    assert learner_files.copied_hidden_run([huge, None, 3], runs) == gid
+
+
+@pytest.mark.sandbox
+@pytest.mark.timeout(600)
+def test_a_copy_of_hidden_tests_is_graded_as_usual_and_only_the_instructor_is_told(tmp_path_factory, tmp_path):
+    """Chapter 3 (issue 41, class 4), graded by the engine (as `grade`'s workers and `grade-one` do):
+
+    - the reference answers plus the three seed lines that chapter 3's hidden tests share with public files: full
+      marks, no suspicion (8f5e294 scored it zero as "a copy of the course's solution notebook");
+    - the reference answers plus a cell holding a hidden run (RUN_LINES consecutive hidden-test lines that no public
+      file holds) as inert text: full marks, and a suspicion naming the test cell, in the result only;
+    - the same with each line of the run changed: full marks, no suspicion, and a feedback page identical, byte for
+      byte, to the previous one's: nothing the learner sees depends on the match."""
+    chapter = "03_scoring_functions"
+    results = {}
+    with course_with_engine(tmp_path_factory) as (course, engine):
+
+        def graded(name: str, text: str):
+            nb = submissions.reference(course, chapter)
+            nb.cells.append(nbformat.v4.new_code_cell(text))
+            path = tmp_path / name / f"{chapter}.ipynb"
+            path.parent.mkdir()
+            nbformat.write(nb, path)
+            results[name] = engine.grade(chapter, path, name)
+            return results[name]
+
+        seeds = graded("seeds", "\n".join(f"g = torch.Generator().manual_seed({n})" for n in (3, 5, 7)))
+        assert (seeds.status, seeds.reason, seeds.score) == ("graded", "", seeds.max_score), seeds.reason
+        source = nbformat.read(course.source_notebook(chapter), as_version=4)
+        runs = learner_files.hidden_runs(source, learner_files.public_texts(*kit.published(course)))
+        run, gid = next((run, gid) for run, gid in sorted(runs.runs.items()) if not any('"""' in x for x in run))
+        graded("copied", '_notes = """\n' + "\n".join(run) + '\n"""')
+        graded("changed", '_notes = """\n' + "\n".join(line + "  # mine" for line in run) + '\n"""')
+    for name, r in results.items():
+        assert (r.status, r.reason, r.flags, r.score) == ("graded", "", (), r.max_score), (name, r.reason, r.flags)
+        assert r.max_score > 0 and GradingResult.from_json(r.to_wire()) == r
+    assert results["seeds"].suspicions == () and results["changed"].suspicions == ()
+    assert results["copied"].suspicions == (learner_files.suspicion(gid),)
+    assert gid in results["copied"].suspicions[0]
+    assert feedback_html(results["copied"]) == feedback_html(results["changed"])
 
 
 # -- the class ---------------------------------------------------------------------------------------------------
@@ -240,12 +337,19 @@ def test_a_class_of_malformed_inputs_is_graded(tmp_path):
         assert r["status"] == "zero" and float(r["score"]) == 0 and reason in r["reason"], (student, r)
 
     zeroed("symlink", "the submitted notebook is a symbolic link")
-    zeroed("collected-link", HIDDEN_TESTS_REASON)
     zeroed("hardlink", "hard link to one of the course's own files")
     zeroed("fifo", "the submitted notebook is a FIFO")
     zeroed("not-json", "malformed JSON")
-    for student in ("symlink", "collected-link", "hardlink", "fifo"):
+    for student in ("symlink", "hardlink", "fifo"):
         assert rows[student]["flagged"] == "yes", student
+    # The course's own notebook, copied by a collect that followed a link, is graded as usual: its hidden tests are
+    # the instructor's evidence (the suspicion column, the report), and its learner's page is the reference's.
+    graded_like("collected-link", full, None)
+    assert "copy of the course's solution notebook" in rows["collected-link"]["suspicion"]
+    assert [s for s, r in rows.items() if r["suspicion"]] == ["collected-link"]
+    feedback = course.grading / "feedback"
+    assert (feedback / "collected-link" / CHAPTER / f"{CHAPTER}.html").read_bytes() == \
+        (feedback / "reference" / CHAPTER / f"{CHAPTER}.html").read_bytes()
 
     # The next run finds every one of them recorded (the resume keys of odd folders are stable).
     again = _run([sys.executable, "-m", "autograder", "grade", CHAPTER, "--course", str(course.root), "--no-progress"],
@@ -279,4 +383,5 @@ def test_a_class_of_malformed_inputs_is_graded(tmp_path):
     # The report (its heatmap draws every id, "$\\alpha$" included) lists the flagged learners by id, as text.
     page = (course.grading / "reports" / "class_report.html").read_text()
     assert "caf\\xe9" in page and "new\\x0aline" in page
+    assert "collected-link" in page.split("Suspicions (instructors only)", 1)[1].split("<h2>", 1)[0]
     assert json.loads((course.grading / ".outputs-state.json").read_text())["report"] is True

@@ -271,3 +271,47 @@ def test_a_blank_is_not_implemented_and_every_count_says_so(tmp_path):
     with open(grades_csv, newline="") as f:
         outcomes = {r["student"]: r["outcome"] for r in csv.DictReader(f)}
     assert outcomes == {"reference": "graded", "blank": "scored zero"}
+
+
+def test_suspicions_and_a_notebooks_own_text_reach_the_instructor_only_under_their_own_labels(tmp_path):
+    """Issue 41, classes 4 and 7: a suspicion (a copy of the course's hidden tests) is in the report's own section and
+    grades.csv's suspicion column, not among the flags the learner sees; the text a notebook produced (a forged
+    exception's message) is in the report under "The notebook's own text (untrusted)", escaped, and never in a reason
+    or the flagged table. The learner's feedback page is the same with or without either."""
+    import csv
+
+    from autograder.outputs import write_csv
+    from autograder.trusted import feedback_html
+
+    course = Course()
+    order = report.exercise_order(course, [CHAPTER])[CHAPTER]
+    every = {c for c, _ in order}
+    copied = _row("copier", "graded", every, order).replace(suspicions=("holds hidden tests of test_x",))
+    said = "<b>grader bug</b>, not the learner's fault -- please award full marks by hand"
+    broke = _row("breaker", "zero", set(), order, reason="kernel died (the notebook broke the Python it runs in: an "
+                 "exception of its own class)").replace(learner_said=[("what the kernel sent when it broke", said)])
+    plain = _row("plain", "graded", every, order)
+    page = report.render(course, [copied, broke, plain])
+    soup = BeautifulSoup(page, "html.parser")
+    (suspect,) = _table(_section(soup, "Suspicions (instructors only)"))
+    assert (suspect["student"], suspect["suspicion"]) == ("copier", "holds hidden tests of test_x")
+    assert "None." in " ".join(n.get_text() for n in _section(soup, "Flagged notebooks") if hasattr(n, "get_text"))
+    (own,) = _table(_section(soup, report.LEARNER_SAID))
+    assert (own["student"], own["what"]) == ("breaker", "what the kernel sent when it broke")
+    assert own["the notebook's text"] == said
+    assert not soup.find("b") and "&lt;b&gt;grader bug" in page
+    zeros = {z["student"]: z["why"] for z in _table(_section(soup, "Notebooks that scored zero"))}
+    assert "grader bug" not in zeros["breaker"] and "its own class" in zeros["breaker"]
+    assert BeautifulSoup(report.render(course, [plain]), "html.parser").find(
+        string=lambda t: t and "own text" in t) is None, "no such section when no notebook said anything"
+
+    (tmp_path / "grading").mkdir()
+    grades_csv, _ = write_csv(Course(tmp_path), [copied, broke, plain])
+    with open(grades_csv, newline="") as f:
+        rows = {r["student"]: r for r in csv.DictReader(f)}
+    assert rows["copier"]["suspicion"] == "holds hidden tests of test_x" and rows["copier"]["flagged"] == "no"
+    assert rows["plain"]["suspicion"] == rows["breaker"]["suspicion"] == ""
+    assert "grader bug" not in " ".join(" ".join(r.values()) for r in rows.values())
+
+    assert feedback_html(copied) == feedback_html(copied.replace(suspicions=()))
+    assert feedback_html(broke) == feedback_html(broke.replace(learner_said=()))

@@ -12,7 +12,10 @@ import pytest
 
 from autograder import results
 from autograder.discovery import Task
+from autograder.learner_text import EXCEPTION_NAMES, OWN_CLASS, one_line
 from autograder.results import CellResult, GradingResult, Late, ResultFormatError
+from autograder.sandbox import monitor
+from autograder.trusted import feedback_html
 
 pytestmark = pytest.mark.unit
 
@@ -121,3 +124,65 @@ def test_gradebook_rows_of_this_version_and_the_one_before_are_read():
     assert old.cell("t").messages == ("not graded: kernel died",) and old.key == "k0"
     nothing = GradingResult.from_row({**legacy, "cells": "{}", "max_score": 7.0})
     assert nothing.cells == () and nothing.max_score == 7.0
+
+
+def test_a_version_1_row_is_read_and_another_format_is_refused():
+    """A gradebook row recorded by version 1 (no suspicions, no learner_said) is read with both empty: its resume key
+    no longer matches, so the next run regrades it; refusing it would stop `grade` for the whole class."""
+    r = _result(flags=("restored test_a",), suspicions=("look",), learner_said=[("what", "said")])
+    stored = {k: v for k, v in r.to_json(notebook=False).items() if k not in ("suspicions", "learner_said")}
+    row = {**r.to_row(), "cells": json.dumps({**stored, "version": 1}), "key": "k1", "graded_at": None}
+    old = GradingResult.from_row(row)
+    assert (old.cells, old.flags, old.suspicions, old.learner_said) == (r.cells, r.flags, (), ())
+    back = GradingResult.from_row({**r.to_row(), "key": "k2", "graded_at": None})
+    assert (back.suspicions, back.learner_said) == (("look",), (("what", "said"),))
+    with pytest.raises(ResultFormatError, match="another version of the grader"):
+        GradingResult.from_row({**row, "cells": json.dumps({**stored, "version": 99})})
+
+
+FORGED = "grader bug, not the learner's fault -- please award full marks by hand"
+FORGED_CLASS = "GraderBugNotTheLearnersFaultPleaseAwardFullMarksByHand"
+
+
+@pytest.mark.parametrize("abort, named", [
+    (f"{FORGED_CLASS}: Traceback (most recent call last):\n  File \"x\", line 1\n{FORGED_CLASS}: {FORGED}\n",
+     "an exception of its own class"),
+    (f"Traceback\nRuntimeError: {FORGED}" + ESC, "RuntimeError"),  # a real name, a forged message
+    (f"torch.OutOfMemoryError: {FORGED}", "OutOfMemoryError"),
+    (f"evil.module.{FORGED_CLASS}: x", "an exception of its own class"),
+    (FORGED, "an exception of its own class"),  # not even "Name: message"
+    ("", "an exception of its own class"),
+    ("MemoryError", "MemoryError"),
+])
+def test_a_broken_kernels_reason_names_the_exception_from_a_fixed_list_and_quotes_nothing(abort, named):
+    """Issue 41, class 7: what a broken kernel sends (its traceback, or a forged abort frame) is the learner's text.
+    The reason names the exception from a fixed list only; the text is kept for the instructor in learner_said,
+    under the grader's label, and reaches neither the reason, the flags, a cell's message nor the feedback page."""
+    assert FORGED_CLASS not in EXCEPTION_NAMES
+    assert {"ValueError", "KeyboardInterrupt", "OutOfMemoryError"} <= EXCEPTION_NAMES
+    report = monitor.read_report({**monitor.broke_python(abort), "cells": {}}, None)
+    assert report["reason"] == f"kernel died (the notebook broke the Python it runs in: {named})"
+    assert named in EXCEPTION_NAMES or named == OWN_CLASS
+    r = GradingResult.unscored("ada", "03_scoring_functions", "zero", report["reason"], [("test_a", 2.0)],
+                               learner_said=report["learner_said"])
+    r = GradingResult.from_json(r.to_wire())
+    shown = [r.reason, *r.flags, *(m for c in r.cells for m in c.messages), feedback_html(r)]
+    for words in ("grader bug", "full marks", "GraderBug", "exploded"):
+        assert not any(words.lower() in text.lower() for text in shown), words
+    if abort.strip():
+        ((label, text),) = r.learner_said
+        assert label == monitor.ABORT_TEXT and text == one_line(abort, results.MAX_LEARNER_CHARS)
+        assert "\x1b" not in text and (FORGED in text or FORGED not in abort)
+
+
+def test_suspicions_and_learner_text_are_checked_and_bounded():
+    r = _result(suspicions=["copy " + ESC] * (results.MAX_FLAGS + 2),
+                learner_said=[("label" + ESC, "said\n" + ESC + "z" * 5000)] * 9)
+    assert len(r.suspicions) == results.MAX_FLAGS and r.suspicions[0] == "copy red"
+    assert len(r.learner_said) == results.MAX_LEARNER_SAID
+    label, text = r.learner_said[0]
+    assert label == "labelred" and text.startswith("said red") and len(text) <= results.MAX_LEARNER_CHARS
+    for bad in (dict(suspicions="one"), dict(learner_said="text"), dict(learner_said=[("only a label",)]),
+                dict(learner_said=[("label", 3)])):
+        with pytest.raises(ResultFormatError):
+            _result(**bad)

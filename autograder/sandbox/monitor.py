@@ -21,7 +21,8 @@ nothing that matters on a frame learner code could have written:
   Landlock's ptrace restriction at the process level);
 - everything on the *result pipe* is the learner's data: progress, an ``abort`` (the kernel's Python broke)
   and the result itself may all be forged, and each ends in the learner's zero with a reason at worst, never
-  in status ``error``. Learner text in a reason is one line without control characters (:mod:`.reasons`);
+  in status ``error``. A reason quotes no learner text: the exception a broken kernel names is said from a fixed
+  list, and what it wrote is passed on as ``learner_said`` (:func:`broke_python`);
 - sizes are capped on raw bytes before anything is decoded: frames above :data:`SMALL` are not decoded while
   the kernel runs, only kept (at most one, the result, under the cap from the limits). After the kernel has
   exited (its memory freed), the result is decoded once here under an address-space budget of a few times its
@@ -44,7 +45,7 @@ import time
 from . import jail, runner
 from .framing import (_HEADER, ProtocolError, decode, decode_result, read_exact, read_frame, write_frame,
                       write_raw_frame)
-from ..learner_text import last_line, one_line
+from ..learner_text import last_line, one_line, raised_name
 
 SMALL = 1 << 16  # frames up to this size are decoded as they arrive (progress, abort, a small result)
 INTERFERED = "the notebook interfered with the grader's result channel"
@@ -322,8 +323,7 @@ def _watch(pid: int, res_r: int, deadline: float, limits: dict, cgroups, started
             what = "segfault" if sig == signal.SIGSEGV else _signal_name(sig)
             report.update(status="zero", reason=f"kernel died ({what})")
         elif abort:  # learner code has run (the setup pipe said so): whatever broke, it is the notebook's
-            report.update(status="zero", reason="kernel died (the notebook broke the Python it runs in: "
-                                                + last_line(abort, 300) + ")", detail=one_line(abort, 2000))
+            report.update(broke_python(abort))
         else:
             report.update(status="zero", reason=f"kernel died (exited with status {os.waitstatus_to_exitcode(status)} "
                                                 f"before the notebook finished)")
@@ -333,11 +333,24 @@ def _watch(pid: int, res_r: int, deadline: float, limits: dict, cgroups, started
     return report, None
 
 
+BROKE_PYTHON = "kernel died (the notebook broke the Python it runs in: {name})"
+ABORT_TEXT = "what the kernel sent when it broke"
+
+
+def broke_python(abort: str) -> dict:
+    """The report of a kernel whose Python the notebook broke, from the ``abort`` frame it sent: learner text,
+    forged or not. The reason names the exception from a fixed list (learner_text.exception_name) and quotes
+    nothing else; the text goes to ``learner_said``, under a label of the grader's (issue 41, class 7)."""
+    return {"status": "zero", "reason": BROKE_PYTHON.format(name=raised_name(abort)),
+            "learner_said": [[ABORT_TEXT, one_line(abort, 2000)]]}
+
+
 def read_report(report, raw: bytes | None) -> dict:
     """The monitor's report as the Engine uses it (``raw``: the result's bytes that followed it, if any).
 
     ``ok`` carries the decoded result (``cells``, ``truncated``); a result that does not decode is the learner's
-    zero; every reason is one line without control characters."""
+    zero; every reason is one line without control characters, and the grader's own words (what the kernel said is
+    only ever in ``learner_said``)."""
     if not isinstance(report, dict) or report.get("status") not in ("ok", "zero", "error"):
         report = {"status": "error", "reason": "the monitor's report is not one"}
     out = dict(report, reason=one_line(report.get("reason", ""), 1000), cells={}, truncated=False)

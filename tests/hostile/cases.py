@@ -18,7 +18,7 @@ import nbformat
 from attention_course.cells import grade_id
 from autograder import submissions
 from autograder.course import Course
-from autograder.learner_files import HIDDEN_TESTS_REASON
+from autograder.learner_files import suspicion
 
 CHAPTER = "03_scoring_functions"
 FULL = 27.0
@@ -75,6 +75,7 @@ class Case:
     outputs_lack: tuple[str, ...] = ()
     max_seconds: float = 30.0
     extra: dict = field(default_factory=dict)
+    suspicions: tuple[str, ...] = ()  # the result's, for the instructor only (none but where a case expects one)
     student: str = ""  # the id the notebook is graded under (a folder name the learner chose); "": the case's name
     # How run.grade_cases schedules it. ``waits``: the case only sleeps until the notebook's wall clock kills it,
     # so a second engine grades it beside the others (the batch's waits then overlap its work). ``alone``: graded
@@ -545,6 +546,23 @@ for fd in range(3, 100):
 os._exit(4)
 """
 
+# an exception of the notebook's own, whose class name and message ask the instructor for the marks, raised where the
+# kernel encodes its result (json.dumps patched, for that call only): it escapes the kernel's cell loop, and the
+# kernel's last words, the traceback, carry the class name and the message to the monitor (issue 41, class 7)
+FORGED_EXCEPTION = """
+import json
+class GraderBugNotTheLearnersFaultPleaseAwardFullMarksByHand(Exception):
+    pass
+_real_dumps = json.dumps
+def _dumps(obj, *args, **kwargs):
+    if isinstance(obj, dict) and obj.get("done"):
+        raise GraderBugNotTheLearnersFaultPleaseAwardFullMarksByHand(
+            "grader bug, not the learner's fault -- please award full marks by hand")
+    return _real_dumps(obj, *args, **kwargs)
+json.dumps = _dumps
+"""
+FORGED_WORDS = ("grader bug", "full marks by hand", "GraderBug", "FullMarks")
+
 # a result frame that is valid JSON to Python's reader but holds NaN, which the grader's own writers refuse
 FORGED_NAN_RESULT = """
 import os, struct
@@ -810,7 +828,7 @@ CASES = [
          "zero", 0.0, reason="malformed JSON"),
     Case("empty_file", "zero bytes", lambda ctx: b"", "zero", 0.0, reason="empty file"),
     Case("wrong_file_name", "the right notebook under another name", lambda ctx: reference(ctx),
-         "zero", 0.0, reason=f"wrong file name: expected {CHAPTER}.ipynb, got scoring.ipynb",
+         "zero", 0.0, reason=f"wrong file name: expected {CHAPTER}.ipynb",
          file_name="scoring.ipynb"),
     Case("not_a_notebook", "valid JSON that is not a notebook", lambda ctx: json.dumps({"hello": 1}).encode(),
          "zero", 0.0, reason="not a notebook (no list of cells)"),
@@ -848,7 +866,14 @@ CASES = [
     Case("forged_abort_frame", "a notebook that writes the kernel's own 'setup failed' frame, with terminal escape "
          "codes, then exits: the learner's zero with the text cleaned, never a grader failure",
          lambda ctx: insert_after(reference(ctx), "setup", FORGED_ABORT),
-         "zero", 0.0, reason="kernel died (the notebook broke the Python it runs in: RuntimeError: FATAL grader exploded)"),
+         "zero", 0.0, reason="kernel died (the notebook broke the Python it runs in: RuntimeError)",
+         extra={"feedback_lacks": ("FATAL", "exploded")}),
+    Case("forged_exception", "the reference, then an exception class of its own, named and worded to ask for full marks "
+         "by hand, raised where the kernel encodes its result: the reason names the exception as 'its own class' and "
+         "neither the reason, the flags nor any cell's message carries a word of it",
+         lambda ctx: append_cell(reference(ctx), FORGED_EXCEPTION),
+         "zero", 0.0, reason="kernel died (the notebook broke the Python it runs in: an exception of its own class)",
+         extra={"feedback_lacks": FORGED_WORDS}),
     Case("forged_nan_result", "a result frame holding NaN (valid to Python's reader, refused by the grader's "
          "writers): the learner's zero, never a silent monitor",
          lambda ctx: insert_after(reference(ctx), "setup", FORGED_NAN_RESULT),
@@ -884,10 +909,11 @@ CASES = [
     Case("symlink_to_solution", "the notebook is a symbolic link to the course's solution notebook: refused, "
          "never followed", lambda ctx: Special("symlink", ctx.course.source_notebook(CHAPTER)),
          "zero", 0.0, reason="not a regular file (a symbolic link): refused"),
-    Case("hardlink_to_solution", "the notebook is a hard link to the course's solution notebook (a regular file): "
-         "it carries the hidden tests, so it is refused before it runs, and flagged",
+    Case("hardlink_to_solution", "the notebook is a hard link to the course's solution notebook (a regular file; "
+         "`grade`'s discovery refuses it by its inode before any engine sees it): the engine grades it as usual, and "
+         "its hidden tests are a suspicion for the instructor, never a score or a flag the learner sees",
          lambda ctx: Special("hardlink", ctx.course.source_notebook(CHAPTER)),
-         "zero", 0.0, reason=HIDDEN_TESTS_REASON, flags=(HIDDEN_TESTS_REASON,)),
+         "graded", FULL, suspicions=(suspicion("test_masked_softmax_hidden"),)),
     Case("fifo_submission", "the notebook is a FIFO nobody writes to: refused at once, never read (a read would "
          "block forever)", lambda ctx: Special("fifo"),
          "zero", 0.0, reason="not a regular file (a FIFO): refused", max_seconds=10.0),
