@@ -251,23 +251,19 @@ def inspect_folder(folder: Path, notebook: Path, course_files: set[tuple[int, in
                 if is_notebook:
                     found.refusal = (f"the submitted notebook is a {kind(st.st_mode)}, not a regular file: refused "
                                      "(the grader reads only regular files)")
-                else:
-                    found.flags.append(f"refused {_shown(path.relative_to(folder))}: a {kind(st.st_mode)} (not read)")
+                else:  # named by its kind only: the entry's name is the learner's text (issue 41, class 7)
+                    found.flags.append(f"refused an entry of the submission folder: a {kind(st.st_mode)} (not read)")
             elif (st.st_dev, st.st_ino) in course_files:
                 if is_notebook:
                     found.refusal = "the submitted notebook is a hard link to one of the course's own files: refused"
                 else:
-                    found.flags.append(f"refused {_shown(path.relative_to(folder))}: a hard link to one of the course's "
+                    found.flags.append("refused an entry of the submission folder: a hard link to one of the course's "
                                        "own files (not read)")
             elif st.st_nlink > 1 and is_notebook:
                 # Graded (a backup made with `cp -al` links every file), but the instructor should know.
                 found.flags.append(f"the submitted notebook is hard-linked elsewhere ({st.st_nlink} links)")
     _read_exchange_files(folder, found)
     return found
-
-
-def _shown(rel: Path) -> str:
-    return student_id(os.fsencode(str(rel)))[0][:200]
 
 
 def _read_exchange_files(folder: Path, found: Folder) -> None:

@@ -329,8 +329,10 @@ def test_a_class_of_malformed_inputs_is_graded(tmp_path):
     long_id = student_id(b"L" * 200)[0]
     graded_like(long_id, blank_row, "longer than 128 characters")
     graded_like("no-secret", full, "submission_secret.txt is missing")
-    graded_like("odd-files", full, "refused pipe: a FIFO")
-    assert "refused answers.ipynb.bak: a symbolic link" in rows["odd-files"]["flags"]
+    graded_like("odd-files", full, "refused an entry of the submission folder: a FIFO (not read)")
+    assert "refused an entry of the submission folder: a symbolic link (not read)" in rows["odd-files"]["flags"]
+    assert "pipe" not in rows["odd-files"]["flags"] and "answers" not in rows["odd-files"]["flags"], \
+        "an entry's name is the learner's text: no flag quotes it"
 
     def zeroed(student: str, reason: str):
         r = rows[student]
