@@ -712,6 +712,10 @@ def main(argv: list[str] | None = None) -> int:
           f"{' (' + result.reason + ')' if result.reason else ''}  [{result.seconds:.1f} s]")
     for flag in result.flags:
         print(f"  flag: {flag}")
+    for suspicion in result.suspicions:  # the instructor's evidence: never on the learner's page (--html)
+        print(f"  suspicion: {suspicion}")
+    for label, text in result.learner_said:  # the notebook's words, labelled as its own (learner_text)
+        print(f"  the notebook's own text (untrusted), {label}: {text}")
     for cell in result.cells:
         print(f"  {'PASS' if cell.passed else 'FAIL'} {cell.grade_id} {cell.score:g}/{cell.max_score:g}")
         for m in cell.messages:
