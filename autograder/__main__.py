@@ -18,6 +18,9 @@
 - ``similarity [CHAPTER...]``: submissions that look copied, from the gradebook's submitted notebooks.
 - ``deadlines CHAPTER [--due ISO] [--extend STUDENT=HOURS]``: a chapter's due date and learners' extensions
   (the late-penalty policy is chosen in ``autograder/nbgrader_config.py``; see ``autograder/deadlines.py``).
+- ``collect CHAPTER [--exchange DIR] [--update]``: nbgrader's collect, through this course's configuration, with
+  each submission recorded under the account that owns its inbox entry and the time it arrived (the submission
+  time ``grade`` uses; ``timestamp.txt`` is the learner's claim): see ``autograder/arrivals.py``.
 - ``nbgrader ARGS...``: run nbgrader with this course's configuration
   (e.g. ``nbgrader autograde 03_scoring_functions``).
 """
@@ -102,6 +105,10 @@ def main(argv: list[str]) -> int:
         import importlib
 
         return importlib.import_module(f".{command}", __package__).main(rest)
+    if command == "collect":  # autograder/arrivals.py owns the submission time
+        from .arrivals import main as collect_main
+
+        return collect_main(rest)
     if command == "nbgrader":
         course = Course()
         return subprocess.call([sys.executable, "-m", "nbgrader", *rest], env=course.nbgrader_env(),

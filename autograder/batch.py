@@ -36,14 +36,14 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from . import learner_files
+from . import arrivals, learner_files
 from .backends import (_THREAD_ENV, DaskBackend, LocalBackend, _close_engine, _grade_with,  # noqa: F401
                        _local_worker, _make_engine, _prepare_with, grade_on_dask_worker, prepare_on_dask_worker)
 from .course import Course
 from .discovery import (ENGINE_MODULE, NOTHING_SUBMITTED, OUTPUTS_STATE, Task,  # noqa: F401
-                        _sha, discover, engine_module_name, failed_result, grading_code_hash, grading_sources,
-                        missing_result, outputs_current, outputs_digest, recorded_keys, submission_bytes,
-                        submission_key)
+                        _sha, attach_arrivals, discover, engine_module_name, failed_result, grading_code_hash,
+                        grading_sources, missing_result, outputs_current, outputs_digest, recorded_keys,
+                        submission_bytes, submission_key)
 from .learner_files import EXCHANGE_FILES  # noqa: F401 - importable where it used to live
 from .outputs import _copy_exchange_files, _write_atomic, _write_atomic_bytes, write_csv, write_outputs  # noqa: F401
 from .results import GradingResult, Late
@@ -119,9 +119,11 @@ def grade(course: Course, chapters: list[str] | None = None, *, workers: int | N
     code_hash = grading_code_hash()
     limits_repr = json.dumps(limits, sort_keys=True)
     sources = {ch: course.source_notebook(ch).read_bytes() for ch in chapters}
-    contents = {}
+    contents = {id(task): submission_bytes(task) for task in tasks}
+    # The submission time is the arrival the instructor's side recorded for this very notebook (autograder/
+    # arrivals.py), never the learner's timestamp.txt; it enters the key (a time recorded later regrades).
+    attach_arrivals(tasks, arrivals.Ledger.read(arrivals.ledger_path(course)), contents)
     for task in tasks:
-        contents[id(task)] = submission_bytes(task)
         task.key = submission_key(task, sources[task.chapter], code_hash, limits_repr, contents[id(task)])
     done = recorded_keys(db_url)  # None: not SQLite, the writer answers below
     todo = tasks
@@ -218,13 +220,17 @@ def _grade_into(writer, course: Course, tasks: list[Task], sources: dict, backen
             # the task's ids (the worker saw the same) and what discovery found wrong with the folder
             result = result.replace(student=task.student, chapter=task.chapter, flags=(*task.flags, *result.flags))
             t0 = time.perf_counter()
-            timestamp = _parse_timestamp(task.timestamp)
-            late = writer.lateness_of(task.student, task.chapter, timestamp, result.score)
-            if late.seconds_late > 0:  # shown on the feedback page (autograder/deadlines.py owns the policy)
-                from .deadlines import how_late
+            from .deadlines import how_late  # nbgrader's plugins: loaded once something is graded
 
-                result = result.replace(late=Late(seconds=late.seconds_late, penalty=late.points,
-                                                  text=how_late(late.seconds_late), policy=writer.policy.describe()))
+            timestamp = task.arrival.arrived if task.arrival else None  # the recorded arrival, or none
+            late = writer.lateness_of(task.student, task.chapter, timestamp, result.score)
+            # shown on the feedback page (autograder/deadlines.py owns the policy): how late, or held, with the
+            # recorded arrival and, beside it, the learner's claim
+            result = result.replace(late=Late(
+                seconds=late.seconds_late, penalty=late.points,
+                text=how_late(late.seconds_late) if late.seconds_late > 0 else "", policy=writer.policy.describe(),
+                held=late.held, arrived=task.arrival.describe() if task.arrival else "",
+                claimed=task.claimed_time or ""))
             write_outputs(course, result, summary)
             _copy_exchange_files(course, task)
             t1 = time.perf_counter()
@@ -247,11 +253,6 @@ def _grade_into(writer, course: Course, tasks: list[Task], sources: dict, backen
         for task in missing:  # after the workers: their feedback is rendered here
             record(task, missing_result(task, max_scores[task.chapter]), bar)
     return writer.results()
-
-
-def _parse_timestamp(text: str | None):
-    """The submission time for the gradebook (discovery kept only text that parses)."""
-    return learner_files.parse_timestamp(text)
 
 
 def _sigterm(signum, frame):

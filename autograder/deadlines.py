@@ -1,6 +1,7 @@
 """Due dates, extensions and late penalties, exactly as nbgrader defines them.
 
-``python -m autograder deadlines CHAPTER [--due ISO] [--extend STUDENT=HOURS ...] [--db URL]``
+``python -m autograder deadlines CHAPTER [--due ISO] [--extend STUDENT=HOURS ...] [--received STUDENT=ISO ...]
+[--db URL]``
 
 The facts live in nbgrader's own gradebook columns, so stock nbgrader, formgrader and ``nbgrader export``
 read the same ones:
@@ -8,8 +9,19 @@ read the same ones:
 - ``Assignment.duedate``: the chapter's due date (also ``nbgrader db assignment add ID --duedate=...`` or
   ``python -m autograder release CHAPTER --duedate ISO``);
 - ``SubmittedAssignment.extension``: a learner's extension (an interval added to the due date);
-- ``SubmittedAssignment.timestamp``: the submission time, from the submission's ``timestamp.txt``;
+- ``SubmittedAssignment.timestamp``: the submission time: the arrival the instructor's side recorded
+  (autograder/arrivals.py: ``python -m autograder collect``, or ``--received`` below), never the learner's
+  ``timestamp.txt``, which is only shown beside it;
 - ``SubmittedNotebook.late_submission_penalty``: the points the policy takes off.
+
+**Fail closed.** While a chapter has a due date, a submission with no recorded arrival and points to lose is
+*held for the instructor* (:func:`held`): it is graded as usual (the points stay visible in formgrader,
+grades.csv and the report), flagged, and its final score is withheld: nbgrader's
+``late_submission_penalty`` is the whole score (so ``nbgrader export`` and formgrader's totals count nothing),
+grades.csv's ``final_score`` and the LMS exports' cells are empty and their status says ``held``. It is never
+"on time". The instructor releases it by recording when it arrived,
+``python -m autograder deadlines CHAPTER --received STUDENT=ISO`` (bound to the notebook collected now); the
+next ``grade`` applies the policy to that time.
 
 The policy is nbgrader's: ``c.AssignLatePenalties.plugin_class`` in ``autograder/nbgrader_config.py`` names a
 ``LateSubmissionPlugin`` (nbgrader's own, whose ``penalty_method`` is ``'none'`` (the default) or ``'zero'``,
@@ -31,6 +43,7 @@ from types import SimpleNamespace
 from nbgrader.plugins import LateSubmissionPlugin
 from traitlets import Float
 
+from . import arrivals
 from .course import Course
 
 SECONDS_PER_HOUR = 3600.0
@@ -80,11 +93,23 @@ def load_config(course: Course):
     return PyFileConfigLoader(path.name, path=str(path.parent)).load_config()
 
 
+HELD = ("held for the instructor: no recorded arrival time (timestamp.txt is the learner's claim); the final "
+        "score is withheld until the instructor records one (python -m autograder deadlines CHAPTER --received "
+        "STUDENT=ISO)")
+
+
+def held(duedate: _dt.datetime | None, timestamp: _dt.datetime | None, score: float) -> bool:
+    """Whether a submission's final score is withheld: a due date is set, no arrival time is recorded, and there
+    are points to lose (a zero is final whenever it arrived)."""
+    return duedate is not None and timestamp is None and score > 0
+
+
 @dataclass
 class Lateness:
     """How late one submission was and what it cost."""
     seconds_late: float
     penalty: float | None  # None: nbgrader's "no penalty assigned" (also when on time)
+    held: bool = False  # no arrival time while a due date is set: the whole score withheld (penalty == score)
 
     @property
     def points(self) -> float:
@@ -120,7 +145,11 @@ class Policy:
 
     def lateness(self, student_id: str, score: float, timestamp: _dt.datetime | None,
                  duedate: _dt.datetime | None, extension: _dt.timedelta | None = None) -> Lateness:
-        """nbgrader's ``SubmittedAssignment.total_seconds_late`` (no timestamp or no due date: on time)."""
+        """nbgrader's ``SubmittedAssignment.total_seconds_late`` and the penalty. ``timestamp`` is the recorded
+        arrival (autograder/arrivals.py). No due date: on time. A due date and no arrival: :func:`held`, the whole
+        score withheld (never "on time")."""
+        if held(duedate, timestamp, score):
+            return Lateness(0.0, float(score), held=True)
         if timestamp is None or duedate is None:
             return Lateness(0.0, None)
         due = duedate + extension if extension is not None else duedate
@@ -157,6 +186,18 @@ def _parse_extension(text: str) -> tuple[str, float]:
     if value < 0 or not math.isfinite(value):
         raise argparse.ArgumentTypeError(f"{text!r}: HOURS must be 0 (remove) or more")
     return student, value
+
+
+def parse_received(text: str) -> tuple[str, _dt.datetime]:
+    """``STUDENT=ISO``: when the instructor's side received that learner's notebook (a zone, if given, is
+    converted; without one it is UTC)."""
+    student, sep, when = text.rpartition("=")
+    if not sep or not student:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected STUDENT=ISO")
+    try:
+        return student, parse_due(when)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: {when!r} is not an ISO date") from None
 
 
 def set_deadlines(db_url: str, chapter: str, due: _dt.datetime | None = None,
@@ -204,17 +245,29 @@ def reapply(course: Course, db_url: str, chapter: str, policy: Policy) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m autograder deadlines",
                                      description="Set a chapter's due date and learners' extensions in the "
-                                                 "gradebook (nbgrader's own columns).")
+                                                 "gradebook (nbgrader's own columns), and record when a "
+                                                 "learner's notebook arrived.")
     parser.add_argument("chapter", metavar="CHAPTER")
     parser.add_argument("--due", type=parse_due, metavar="ISO",
                         help="due date, e.g. 2026-12-01T23:59 (UTC unless a zone is given)")
     parser.add_argument("--extend", type=_parse_extension, action="append", default=[], metavar="STUDENT=HOURS",
                         help="extend STUDENT's due date by HOURS (0 removes it); repeatable")
+    parser.add_argument("--received", type=parse_received, action="append", default=[], metavar="STUDENT=ISO",
+                        help="record when STUDENT's collected notebook arrived (UTC unless a zone is given), e.g. "
+                             "one handed over outside the exchange or held for want of a time; repeatable")
     parser.add_argument("--db", metavar="URL", help="gradebook URL (default: the course's)")
     parser.add_argument("--course", type=Path, metavar="DIR", help="course root (default: this repository)")
     args = parser.parse_args(argv)
     course = Course(args.course) if args.course else Course()
     from nbgrader.api import MissingEntry
+
+    for student, when in args.received:
+        try:
+            arrival = arrivals.record_received(course, args.chapter, student, when)
+        except LookupError as err:
+            print(f"--received {student}: {err}", file=sys.stderr)
+            return 2
+        print(f"{args.chapter}: {student} received {arrival.describe()}; the next grade applies it")
 
     try:
         lines = set_deadlines(args.db or course.db_url, args.chapter, args.due, args.extend)

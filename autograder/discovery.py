@@ -16,7 +16,7 @@ import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import learner_files
+from . import arrivals, learner_files
 from .results import GradingResult
 from .course import Course
 
@@ -37,7 +37,8 @@ class Task:
     chapter: str
     path: str  # the submitted notebook
     key: str = ""
-    timestamp: str | None = None  # the submission time, when timestamp.txt holds one
+    claimed_time: str | None = None  # timestamp.txt, when it holds a date: the learner's claim, shown only
+    arrival: arrivals.Arrival | None = None  # the recorded arrival of this very notebook (attach_arrivals)
     refusal: str | None = None  # not graded: zero with this reason (nothing submitted, not a regular file...)
     flags: list = field(default_factory=list)  # what discovery found wrong with the folder (learner_files)
     folder_digest: str = ""  # the folder's exchange files and findings, for the resume key
@@ -95,10 +96,20 @@ def discover(submitted: Path, chapters: list[str], course_files: set | None = No
                 path = folder / found[0] if found else path
             seen = learner_files.inspect_folder(folder, path, course_files or set())
             refusal = seen.refusal or (None if os.path.lexists(path) else NOTHING_SUBMITTED)
-            tasks.append(Task(student, chapter, str(path), timestamp=seen.timestamp, refusal=refusal,
+            tasks.append(Task(student, chapter, str(path), claimed_time=seen.timestamp, refusal=refusal,
                               flags=id_flags + seen.flags, folder_digest=seen.digest().hex(),
                               exchange=dict(seen.exchange)))
     return tasks
+
+
+def attach_arrivals(tasks: list[Task], ledger: arrivals.Ledger, contents: dict) -> None:
+    """Each task's recorded arrival (autograder/arrivals.py): the latest record of its learner and chapter that
+    holds exactly the notebook graded (``contents``: id(task) -> its bytes). None when there is none; an
+    arrival's flags (an owner mismatch at collect) join the task's."""
+    for task in tasks:
+        task.arrival = ledger.arrival_of(task.student, task.chapter, Path(task.path).name, contents.get(id(task)))
+        if task.arrival is not None:
+            task.flags = [*task.flags, *task.arrival.flags]
 
 
 def _sha(*parts: bytes) -> str:
@@ -149,7 +160,8 @@ def submission_key(task: Task, source_bytes: bytes, code_hash: str, limits_repr:
         content = submission_bytes(task)
     return _sha(b"attention-course-grade-v2", code_hash.encode(), limits_repr.encode(), task.chapter.encode(),
                 os.fsencode(Path(task.path).name), source_bytes,
-                b"<missing>" if content is None else content, task.folder_digest.encode())[:40]
+                b"<missing>" if content is None else content, task.folder_digest.encode(),
+                (task.arrival.key() if task.arrival else "<no arrival>").encode())[:40]
 
 
 def recorded_keys(db_url: str) -> dict[tuple[str, str], str] | None:

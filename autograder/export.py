@@ -28,7 +28,10 @@ is exported, exactly as ``nbgrader export`` would count it. Formats (files under
     for every learner whose SIS Login ID (or ID) is the nbgrader student id.
 
 Every score is after the chapter's late penalty (nbgrader's ``late_submission_penalty``, see
-``autograder/deadlines.py``), as ``nbgrader export``'s ``score`` column is.
+``autograder/deadlines.py``), as ``nbgrader export``'s ``score`` column is. A submission *held for the
+instructor* (a due date is set and no arrival time is recorded: ``deadlines.held``) has no final score: its
+cell is empty in every format (Canvas leaves that grade unchanged, even with ``--missing zero``), ``long``
+gives it the status ``held`` and an empty ``late_penalty``, and ``wide``'s totals leave it out.
 
 ``long`` -> ``grades_long.csv``: one row per learner and chapter (what most scripts want):
     ``student, chapter, score, max_score, percent, status, manual, late_penalty`` where ``status`` is ``graded``,
@@ -56,10 +59,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .course import Course
+from .deadlines import held
 
 FORMATS = {"canvas": "canvas_grades.csv", "long": "grades_long.csv", "wide": "grades_wide.csv"}
 CANVAS_IDENTITY = ["Student", "ID", "SIS User ID", "SIS Login ID", "Section"]
 CANVAS_POINTS_LABEL = "Points Possible"
+HELD_STATUS = "held"  # long format's status of a submission held for the instructor (autograder/deadlines.py)
 
 
 @dataclass
@@ -97,16 +102,19 @@ def read_grades(db_url: str, chapters: list[str] | None = None) -> Grades:
         grades = Grades(order, {}, [Learner(s.id, s.first_name or "", s.last_name or "", s.lms_user_id or "")
                                     for s in sorted(gb.students, key=lambda s: s.id)])
         for chapter in order:
-            grades.max_score[chapter] = float(gb.find_assignment(chapter).max_score)
+            assignment = gb.find_assignment(chapter)
+            grades.max_score[chapter] = float(assignment.max_score)
             for sub in gb.assignment_submissions(chapter):
                 raw = float(sub.score)
                 # nbgrader's late_submission_penalty (autograder/deadlines.py); exported scores are after it,
                 # as nbgrader export's "score" column is.
                 penalty = float(sub.late_submission_penalty or 0.0)
                 status, auto = ours.get((sub.student_id, chapter), ("nbgrader", raw))
+                withheld = held(assignment.duedate, sub.timestamp, raw)  # no recorded arrival: no final score
                 grades.scores[(sub.student_id, chapter)] = {
-                    "score": max(0.0, raw - penalty), "raw_score": raw, "penalty": penalty,
-                    "max_score": float(sub.max_score), "status": status,
+                    "score": None if withheld else max(0.0, raw - penalty), "raw_score": raw,
+                    "penalty": None if withheld else penalty, "max_score": float(sub.max_score),
+                    "status": HELD_STATUS if withheld else status,
                     "manual": status != "nbgrader" and abs(raw - auto) > 1e-9}
     return grades
 
@@ -154,7 +162,7 @@ def _cell(grades: Grades, student: str, chapter: str, missing: str) -> str:
     got = grades.scores.get((student, chapter))
     if got is None:
         return "0" if missing == "zero" else ""
-    return _fmt(got["score"])
+    return "" if got["score"] is None else _fmt(got["score"])  # held: withheld, the LMS grade left unchanged
 
 
 def read_roster(path: Path) -> dict[str, dict]:
@@ -201,6 +209,9 @@ def long_csv(grades: Grades) -> str:
             if got is None:
                 w.writerow([learner.id, chapter, "0", _fmt(mx), "0.0", "missing", "no", "0"])
                 continue
+            if got["score"] is None:  # held for the instructor: no final score to export
+                w.writerow([learner.id, chapter, "", _fmt(mx), "", got["status"], "yes" if got["manual"] else "no", ""])
+                continue
             pct = 100.0 * got["score"] / mx if mx else 0.0
             w.writerow([learner.id, chapter, _fmt(got["score"]), _fmt(mx), f"{pct:.1f}", got["status"],
                         "yes" if got["manual"] else "no", _fmt(got["penalty"])])
@@ -212,7 +223,8 @@ def wide_csv(grades: Grades, missing: str = "blank") -> str:
     w = safe_writer(buf, lineterminator="\n")
     w.writerow(["student", *grades.chapters, "total", "max_total", "late_penalty"])
     for learner in grades.learners:
-        got = [grades.scores[(learner.id, c)] for c in grades.chapters if (learner.id, c) in grades.scores]
+        got = [grades.scores[(learner.id, c)] for c in grades.chapters
+               if (learner.id, c) in grades.scores and grades.scores[(learner.id, c)]["score"] is not None]
         w.writerow([learner.id, *[_cell(grades, learner.id, c, missing) for c in grades.chapters],
                     _fmt(sum(g["score"] for g in got)), _fmt(sum(grades.max_score.values())),
                     _fmt(sum(g["penalty"] for g in got))])

@@ -21,6 +21,7 @@ leaves every notebook either fully recorded or not at all. Transactions that mee
 """
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
 import json
 import os
@@ -38,6 +39,7 @@ from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 from attention_course.cells import grade_id, nbgrader_meta
 
 from . import new_gradebook
+from .deadlines import HELD, held
 from .results import GradingResult, Late
 
 # Must match c.CourseDirectory.course_id in autograder/nbgrader_config.py.
@@ -250,8 +252,9 @@ class GradebookWriter:
         if sub is None:
             sub = SubmittedAssignment(assignment=assignment, student=student)
             s.add(sub)
-        if timestamp is not None:
-            sub.timestamp = timestamp
+        # Only ever the recorded arrival (autograder/arrivals.py), None when there is none: a time recorded for an
+        # earlier notebook must not stay with a new one. The learner's timestamp.txt never comes here.
+        sub.timestamp = timestamp
         note = _autograder_comment(result)
         with s.no_autoflush:
             for notebook in assignment.notebooks:
@@ -290,11 +293,17 @@ class GradebookWriter:
                     comment = comment_of(sc.id)
                     if i == 0:
                         comment.auto_comment = note
-                subnb.flagged = bool(result.flags)
                 # As nbgrader's AssignLatePenalties: the score (manual scores and extra credit included),
-                # the lateness of the submission against its due date plus extension, the course's plugin.
+                # the lateness of the submission against its due date plus extension, the course's plugin;
+                # with no arrival time while a due date is set, the whole score withheld (deadlines.held).
                 score = sum(_grade_score(g) for g in grades.values())
-                subnb.late_submission_penalty = self.policy.penalty(student_id, score, sub.total_seconds_late)
+                late = self.policy.lateness(student_id, score, sub.timestamp, assignment.duedate, sub.extension)
+                subnb.late_submission_penalty = late.penalty
+                subnb.flagged = bool(result.flags) or late.held
+                solution_cells = sorted(notebook.solution_cells, key=lambda c: c.name)
+                if late.held and solution_cells:  # where formgrader shows the autograder's comment
+                    comment_of(solution_cells[0].id).auto_comment = " ".join(
+                        p for p in (note, f"Autograder: {HELD}.") if p)
         s.execute(delete(RESULTS).where(and_(RESULTS.c.student == student_id, RESULTS.c.chapter == chapter)))
         s.execute(insert(RESULTS).values(
             **result.to_row(), key=key, graded_at=_dt.datetime.now(_dt.timezone.utc).replace(tzinfo=None)))
@@ -319,8 +328,10 @@ class GradebookWriter:
         late = self.lateness(chapters)
         rows = []
         for r in self.session.execute(query).mappings():
-            seconds, penalty = late.get((r["student"], r["chapter"]), (0.0, 0.0))
-            rows.append(GradingResult.from_row(r, Late(seconds, penalty) if seconds or penalty else None))
+            timing = late.get((r["student"], r["chapter"]))
+            if timing is not None:  # the learner's claim is not nbgrader's: the result recorded it at grading
+                timing = dataclasses.replace(timing, claimed=_recorded_claim(r["cells"]))
+            rows.append(GradingResult.from_row(r, timing))
         self.session.commit()
         return sorted(rows, key=lambda r: (r.chapter, r.student))
 
@@ -336,8 +347,9 @@ class GradebookWriter:
         s.commit()
         return late
 
-    def lateness(self, chapters: list[str] | None = None) -> dict[tuple[str, str], tuple[float, float]]:
-        """{(student, chapter): (seconds late, points lost)} of every submission, from nbgrader's columns."""
+    def lateness(self, chapters: list[str] | None = None) -> dict[tuple[str, str], Late]:
+        """{(student, chapter): Late} of every submission, from nbgrader's columns: seconds late, points lost,
+        whether it is held (deadlines.held) and its recorded arrival time."""
         from sqlalchemy.orm import selectinload
 
         # two queries in all, not two per submission (results() runs this for the whole class)
@@ -348,7 +360,10 @@ class GradebookWriter:
         out = {}
         for sub in self.session.execute(query).scalars():
             penalty = sum(float(n.late_submission_penalty or 0.0) for n in sub.notebooks)
-            out[(sub.student_id, sub.assignment.name)] = (float(sub.total_seconds_late), penalty)
+            score = sum(_grade_score(g) for n in sub.notebooks for g in n.grades)
+            out[(sub.student_id, sub.assignment.name)] = Late(
+                float(sub.total_seconds_late), penalty, held=held(sub.assignment.duedate, sub.timestamp, score),
+                arrived=f"{sub.timestamp:%Y-%m-%d %H:%M:%S} UTC" if sub.timestamp else "")
         return out
 
     def reapply_penalties(self, chapter: str) -> int:
@@ -359,9 +374,11 @@ class GradebookWriter:
                                  .where(Assignment.name == chapter)).scalars():
                 for subnb in sub.notebooks:
                     score = sum(_grade_score(g) for g in subnb.grades)
-                    penalty = self.policy.penalty(sub.student_id, score, sub.total_seconds_late)
-                    changed += (subnb.late_submission_penalty or 0.0) != (penalty or 0.0)
-                    subnb.late_submission_penalty = penalty
+                    late = self.policy.lateness(sub.student_id, score, sub.timestamp, sub.assignment.duedate,
+                                                sub.extension)
+                    changed += (subnb.late_submission_penalty or 0.0) != (late.penalty or 0.0)
+                    subnb.late_submission_penalty = late.penalty
+                    subnb.flagged = subnb.flagged or late.held
             s.commit()
             return changed
         return self._retry(action)
@@ -393,6 +410,16 @@ def _grade_score(grade: Grade) -> float:
     if base is None:
         return 0.0
     return float(base) + float(grade.extra_credit or 0.0)
+
+
+def _recorded_claim(cells_json) -> str:
+    """The learner's claimed time (timestamp.txt) that grading recorded in the result's wire form ("" if none)."""
+    try:
+        late = json.loads(cells_json or "{}").get("late")
+    except (ValueError, AttributeError):
+        return ""
+    claimed = late.get("claimed") if isinstance(late, dict) else None
+    return claimed if isinstance(claimed, str) else ""
 
 
 def _autograder_comment(result: GradingResult) -> str | None:

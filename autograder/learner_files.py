@@ -13,7 +13,10 @@ collect, earned full marks). The rules here:
   scores zero with the reason. Such an entry anywhere else in the folder is never read and is flagged.
 - **Exchange files are data.** ``timestamp.txt`` and ``submission_secret.txt`` are read bounded, decoded
   strictly, and a file that is missing, unreadable, too large, not UTF-8 or (for the timestamp) not a date
-  becomes a flag on that learner's result, never an exception.
+  becomes a flag on that learner's result, never an exception. ``timestamp.txt`` is the learner's claim: it
+  is shown beside the arrival time the instructor's side recorded (autograder/arrivals.py), never used for
+  lateness, and :func:`parse_timestamp` reads only nbgrader's ``... UTC`` form and ISO 8601 with a numeric
+  offset (a zone name is learner text, not a time).
 - **A student id is data.** :func:`student_id` turns a folder name (bytes, as the filesystem holds it)
   into the id the gradebook records: printable text, at most :data:`MAX_ID_CHARS` characters, the same
   for the same folder on every run, different for different folders.
@@ -146,46 +149,33 @@ def unique_ids(names: list[bytes]) -> dict[bytes, tuple[str, list[str]]]:
 
 
 # -- timestamps -------------------------------------------------------------------------------------------
-_ZONE = re.compile(r"[A-Za-z][A-Za-z0-9_+\-]{0,39}(/[A-Za-z0-9_+\-]{1,40}){0,3}")
+# nbgrader's own form (``2026-11-25 11:06:57.123456 UTC``) and ISO 8601 with a numeric offset or ``Z``. Nothing
+# else: a zone *name* is looked up in the zone database, whose answer depends on the name the learner chose
+# (``Pacific/Kiritimati`` is UTC+14), and a time without a zone is a guess.
+_STAMP = re.compile(r"(\d{4}-\d{2}-\d{2})[T ](\d{2}:\d{2}:\d{2}(?:\.\d{1,6})?)"
+                    r"(?: UTC|Z| ?([+-])(\d{2}):?(\d{2}))", re.ASCII)
 
 
 def parse_timestamp(text: str | None) -> _dt.datetime | None:
-    """A submission time as nbgrader writes it (``2026-11-25 11:06:57.123456 UTC``, or ISO 8601), as naive
-    UTC, or None when ``text`` is not a date. Time zone names are looked up only when they look like one
-    (``Europe/Paris``): the name is learner text, and ``dateutil`` reads zone files by that name."""
+    """A time as nbgrader writes it (``2026-11-25 11:06:57.123456 UTC``) or as ISO 8601 with a numeric offset
+    (``2026-11-25T12:06:57+01:00``, ``...Z``), as naive UTC; None for anything else ("not a date"), including
+    a zone name and a time without a zone. Learner text: it is matched, never looked up."""
     if not text or len(text) > MAX_TIMESTAMP_BYTES:
         return None
-    from dateutil import parser as dateutil_parser
-    from dateutil import tz as dateutil_tz
-
-    text = text.strip()
-    try:
-        parts = text.split(" ")
-        if len(parts) == 3 and parts[2] == "UTC":  # what nbgrader's submit writes: no parser needed (fast)
-            try:
-                when = _dt.datetime.fromisoformat(f"{parts[0]} {parts[1]}")
-                if when.tzinfo is None:
-                    return when
-            except ValueError:
-                pass
-        if len(parts) == 3:  # "<date> <time> <zone>": nbgrader's own form
-            zone_text = parts[2]
-            if re.fullmatch(r"[+-]?\d{1,5}", zone_text):
-                zone = int(zone_text)
-            elif _ZONE.fullmatch(zone_text) and ".." not in zone_text:
-                zone = dateutil_tz.gettz(zone_text)
-            else:
-                return None
-            if zone is None:
-                return None
-            when = dateutil_parser.parse(f"{parts[0]} {parts[1]} TZ", tzinfos={"TZ": zone})
-        else:
-            when = dateutil_parser.parse(text)
-        if when.tzinfo is not None:
-            when = (when - when.utcoffset()).replace(tzinfo=None)
-        return when
-    except (ValueError, OverflowError, TypeError, ArithmeticError, LookupError):
+    match = _STAMP.fullmatch(text.strip())
+    if match is None:
         return None
+    day, clock, sign, hours, minutes = match.groups()
+    try:
+        when = _dt.datetime.fromisoformat(f"{day} {clock}")
+        if sign:
+            offset = _dt.timedelta(hours=int(hours), minutes=int(minutes))
+            if offset >= _dt.timedelta(hours=24) or int(minutes) >= 60:
+                return None
+            when = when - offset if sign == "+" else when + offset
+    except (ValueError, OverflowError):
+        return None
+    return when
 
 
 # -- a submission folder ----------------------------------------------------------------------------------
@@ -194,7 +184,7 @@ class Folder:
     """What discovery learned from one ``<student>/<chapter>/`` folder."""
     refusal: str | None = None  # the notebook is not graded: zero with this reason
     flags: list[str] = field(default_factory=list)
-    timestamp: str | None = None  # the submission time as text, when timestamp.txt holds a date
+    timestamp: str | None = None  # timestamp.txt as text, when it holds a date: the learner's claim, shown only
     exchange: dict[str, bytes] = field(default_factory=dict)  # valid exchange files, to copy beside feedback
 
     def digest(self) -> bytes:
@@ -266,20 +256,27 @@ def inspect_folder(folder: Path, notebook: Path, course_files: set[tuple[int, in
     return found
 
 
+# timestamp.txt is the learner's claim: shown beside the time the instructor's side recorded, never used for
+# lateness (autograder/arrivals.py owns the submission time), so a bad one costs nothing but its display.
+CLAIM_NOT_SHOWN = "the learner's claimed submission time is not shown (lateness uses the recorded arrival)"
+
+
 def _read_exchange_files(folder: Path, found: Folder) -> None:
     try:
         raw = read_bounded(folder / "timestamp.txt", MAX_TIMESTAMP_BYTES)
         text = raw.decode("utf-8").strip()
         if parse_timestamp(text) is None:
-            found.flags.append("timestamp.txt is not a date: the submission time is not recorded")
+            found.flags.append(f"timestamp.txt is not a date: {CLAIM_NOT_SHOWN}")
         else:
             found.timestamp = text
             found.exchange["timestamp.txt"] = raw
     except NotReadable as err:
         if str(err) != "missing":
-            found.flags.append(f"timestamp.txt not read ({err}): the submission time is not recorded")
+            found.flags.append(f"timestamp.txt not read ({err}): {CLAIM_NOT_SHOWN}")
+        elif os.path.lexists(folder / "submission_secret.txt"):  # collected from the exchange, which writes both
+            found.flags.append(f"timestamp.txt is missing: {CLAIM_NOT_SHOWN}")
     except UnicodeDecodeError:
-        found.flags.append("timestamp.txt is not UTF-8 text: the submission time is not recorded")
+        found.flags.append(f"timestamp.txt is not UTF-8 text: {CLAIM_NOT_SHOWN}")
     problem = None
     try:
         raw = read_bounded(folder / "submission_secret.txt", MAX_SECRET_BYTES)

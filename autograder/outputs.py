@@ -83,20 +83,28 @@ def write_csv(course: Course, rows: list[GradingResult]) -> tuple[Path, Path]:
     out = course.grading / "grades.csv"
     buf = io.StringIO()
     w = safe_writer(buf)
+    from .deadlines import HELD  # the words of a held submission's flag
     from .report import outcome  # "graded", "scored zero" or "not gradable": the report's and summary's words
 
     # score is before any late penalty; late_hours, late_penalty and final_score (after it) come from the
     # gradebook's nbgrader columns (autograder/deadlines.py). suspicion: the instructor's evidence (a copy of the
     # course's hidden tests), which no learner sees: flagged and flags are what the feedback page shows.
     w.writerow(["student", "chapter", "status", "score", "max_score", "percent", "flagged", "flags", "reason",
-                "graded_at", "late_hours", "late_penalty", "final_score", "outcome", "suspicion"])
+                "graded_at", "late_hours", "late_penalty", "final_score", "outcome", "suspicion", "submitted_at",
+                "learner_claimed_at"])
+    # Held for the instructor (no recorded arrival while a due date is set, deadlines.held): flagged, and no final
+    # score (late_penalty and final_score empty). submitted_at is the recorded arrival (autograder/arrivals.py);
+    # learner_claimed_at is the learner's timestamp.txt, shown beside it and never used.
     for r in sorted(rows, key=lambda r: (r.student, r.chapter)):
         pct = 100.0 * r.score / r.max_score if r.max_score else 0.0
+        held = bool(r.late and r.late.held)
+        flags = [*r.flags, HELD] if held else list(r.flags)
         w.writerow([r.student, r.chapter, r.status, f"{r.score:g}", f"{r.max_score:g}", f"{pct:.1f}",
-                    "yes" if r.flags else "no", " | ".join(r.flags), r.reason,
+                    "yes" if flags else "no", " | ".join(flags), r.reason,
                     r.graded_at.isoformat(timespec="seconds") if r.graded_at else "",
-                    f"{r.late_seconds / 3600:.2f}", f"{r.penalty:g}", f"{max(0.0, r.score - r.penalty):g}", outcome(r),
-                    " | ".join(r.suspicions)])
+                    f"{r.late_seconds / 3600:.2f}", "" if held else f"{r.penalty:g}",
+                    "" if held else f"{max(0.0, r.score - r.penalty):g}", outcome(r),
+                    " | ".join(r.suspicions), r.late.arrived if r.late else "", r.late.claimed if r.late else ""])
     _write_atomic(out, buf.getvalue())
     per_cell = course.grading / "grades_by_exercise.csv"
     buf = io.StringIO()

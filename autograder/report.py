@@ -362,13 +362,24 @@ def render(course: Course, rows: list[GradingResult], failures: list[dict] | Non
         from .deadlines import how_late
 
         body = [[esc(r.student), esc(r.chapter), esc(how_late(r.late_seconds)), f"{r.penalty:g}",
-                 f"{max(0.0, r.score - r.penalty):g} / {r.max_score:g}"]
+                 f"{max(0.0, r.score - r.penalty):g} / {r.max_score:g}", esc(r.late.arrived), esc(r.late.claimed)]
                 for r in sorted(late, key=lambda r: (r.chapter, -r.late_seconds, r.student))]
         parts.append("<h2>Late submissions</h2><p>After the due date plus any extension. The policy is set in "
-                     "autograder/nbgrader_config.py (stock nbgrader applies the same one).</p>"
-                     + _table(["student", "chapter", "late by", "points lost", "score after the penalty"], body))
+                     "autograder/nbgrader_config.py (stock nbgrader applies the same one). Received: the arrival "
+                     "recorded by collect or by you (autograder/arrivals.py); the learner's timestamp.txt is their "
+                     "claim, shown, never used.</p>"
+                     + _table(["student", "chapter", "late by", "points lost", "score after the penalty",
+                               "received", "learner's claim"], body))
     else:
         parts.append("<h2>Late submissions</h2><p>None.</p>")
+    held = [[esc(r.student), esc(r.chapter), f"{r.score:g} / {r.max_score:g}", esc(r.late.claimed)]
+            for r in rows if r.late and r.late.held]
+    if held:  # deadlines.held: a due date and no recorded arrival; the final score is withheld, never "on time"
+        parts.append("<h2>Held for the instructor</h2><p>No arrival time is recorded for these notebooks (not "
+                     "collected with <code>python -m autograder collect</code>, or changed since): their final "
+                     "score is withheld until you record one with <code>python -m autograder deadlines CHAPTER "
+                     "--received STUDENT=ISO</code>.</p>"
+                     + _table(["student", "chapter", "points (not final)", "learner's claim"], held))
     zeros = [[esc(r.student), esc(r.chapter), f"{r.score:g} / {r.max_score:g}", esc(zero_reason(r))]
              for r in rows if zero_reason(r)]
     parts.append("<h2>Notebooks that scored zero</h2>" + (_table(["student", "chapter", "score", "why"], zeros)

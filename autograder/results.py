@@ -140,12 +140,18 @@ class Late:
     penalty: float = 0.0
     text: str = ""  # deadlines.how_late(seconds)
     policy: str = ""  # the policy in words, for the feedback page
+    held: bool = False  # deadlines.held: no recorded arrival while a due date is set; the final score withheld
+    arrived: str = ""  # the recorded arrival (autograder/arrivals.py), for people; "" when none
+    claimed: str = ""  # the learner's timestamp.txt (their claim, shown beside the arrival, never used)
 
     def __post_init__(self):
         object.__setattr__(self, "seconds", max(0.0, _number(self.seconds, "seconds late")))
         object.__setattr__(self, "penalty", max(0.0, _number(self.penalty, "late penalty")))
         object.__setattr__(self, "text", clean_line(_text(self.text, "lateness text"), 200))
         object.__setattr__(self, "policy", clean_line(_text(self.policy, "late policy"), 1000))
+        object.__setattr__(self, "held", self.held is True)
+        object.__setattr__(self, "arrived", clean_line(_text(self.arrived, "arrival time"), 200))
+        object.__setattr__(self, "claimed", clean_line(_text(self.claimed, "claimed time"), 300))
 
     def to_json(self) -> dict:
         return dataclasses.asdict(self)
@@ -213,7 +219,8 @@ class GradingResult:
                         for k, v in (self.timings.items() if isinstance(self.timings, Mapping) else self.timings))
         late = self.late
         if late is not None and not isinstance(late, Late):
-            late = Late(**{k: late[k] for k in ("seconds", "penalty", "text", "policy") if k in late})
+            late = Late(**{k: late[k] for k in ("seconds", "penalty", "text", "policy", "held", "arrived", "claimed")
+                           if k in late})
         # Ids are checked, never changed: they name the gradebook's row and the resume key; discovery made them
         # printable (learner_files.student_id) and every output escapes them.
         _text(self.student, "student"), _text(self.chapter, "chapter")

@@ -80,7 +80,10 @@ def test_extension_on_time_and_missing_timestamp():
     assert beyond.seconds_late == HOUR and beyond.points == pytest.approx(1.0)
     early = p.lateness("ada", 10.0, DUE - dt.timedelta(minutes=1), DUE)
     assert (early.seconds_late, early.points) == (0.0, 0.0)
-    assert p.lateness("ada", 10.0, None, DUE).penalty is None, "no timestamp.txt: nbgrader counts it on time"
+    unknown = p.lateness("ada", 10.0, None, DUE)
+    assert unknown.held and unknown.points == 10.0, "no recorded arrival while a due date is set: held, never on time"
+    assert not p.lateness("ada", 0.0, None, DUE).held, "a zero is final whenever it arrived"
+    assert p.lateness("ada", 10.0, None, None).penalty is None, "no due date, no time: nothing to be late for"
     assert p.lateness("ada", 10.0, DUE + dt.timedelta(days=9), None).penalty is None, "no due date"
     assert how_late(2 * HOUR + 300) == "2 h 05 min" and how_late(40) == "40 s"
 
@@ -121,7 +124,8 @@ def test_writer_stores_penalties_and_exports_carry_them(tmp_path):
     full = rows["ada"]["score"]
     assert full > 0
     assert {s: r["penalty"] for s, r in rows.items()} == pytest.approx(
-        {"ada": 0.0, "bea": 0.2 * full, "cleo": 0.0, "dan": 0.0}), "bea: 2 started hours; cleo: extension"
+        {"ada": 0.0, "bea": 0.2 * full, "cleo": 0.0, "dan": full}), "bea: 2 started hours; cleo: extension; dan: held"
+    assert [s for s, r in rows.items() if r.late.held] == ["dan"], "no recorded arrival: held for the instructor"
     assert rows["bea"]["late_seconds"] == 90 * 60
     with Gradebook(db, course_id=COURSE_ID) as gb:  # nbgrader's own view of it, as formgrader shows it
         assert gb.find_submission(ch, "bea").late_submission_penalty == pytest.approx(0.2 * full)
@@ -134,11 +138,14 @@ def test_writer_stores_penalties_and_exports_carry_them(tmp_path):
             files[fmt] = list(csv.reader(f))
     canvas = {r[3]: r for r in files["canvas"][2:]}
     assert float(canvas["bea"][5]) == pytest.approx(0.8 * full) and float(canvas["ada"][5]) == full
+    assert canvas["dan"][5] == "", "held: no final score goes to the LMS"
     long = {r[0]: dict(zip(files["long"][0], r)) for r in files["long"][1:]}
     assert float(long["bea"]["score"]) == pytest.approx(0.8 * full)
     assert float(long["bea"]["late_penalty"]) == pytest.approx(0.2 * full)
+    assert (long["dan"]["score"], long["dan"]["status"]) == ("", "held")
     wide = {r[0]: dict(zip(files["wide"][0], r)) for r in files["wide"][1:]}
     assert float(wide["bea"]["total"]) == pytest.approx(0.8 * full)
+    assert (wide["dan"][ch], wide["dan"]["total"]) == ("", "0")
     assert float(wide["bea"]["late_penalty"]) == pytest.approx(0.2 * full)
 
     # An extension granted after grading: the recorded penalty follows it.
@@ -146,6 +153,22 @@ def test_writer_stores_penalties_and_exports_carry_them(tmp_path):
     with GradebookWriter(db, policy=policy) as w:
         assert w.reapply_penalties(ch) == 1
         assert {r["student"]: r["penalty"] for r in w.results([ch])}["bea"] == 0.0
+
+
+@pytest.mark.unit
+def test_the_feedback_page_shows_the_recorded_time_beside_the_claim_and_a_hold():
+    from autograder.results import Late
+    from autograder.trusted import feedback_html
+
+    course, ch = Course(), "03_scoring_functions"
+    result = _result(course, "ada", ch, 99)
+    held = feedback_html(result.replace(late=Late(0.0, result.score, held=True, claimed="2026-11-20 10:00:00 UTC")))
+    assert "<strong>Held:</strong>" in held and "your timestamp.txt says 2026-11-20 10:00:00 UTC" in held
+    assert "Received: not recorded" in held
+    late = feedback_html(result.replace(late=Late(7200.0, 1.0, text="2 h 00 min", policy="p",
+                                                  arrived="2026-12-01 14:00:00 UTC (collect)", claimed="<b>x</b>")))
+    assert "Received: 2026-12-01 14:00:00 UTC (collect) (your timestamp.txt says &lt;b&gt;x&lt;/b&gt;)" in late
+    assert "Held:" not in late and "Late:</strong> submitted 2 h 00 min after" in late
 
 
 # -- the same late class, graded by `grade` and by stock nbgrader ---------------------------------------------
@@ -163,12 +186,35 @@ def _late_class(course: Course) -> dict[str, tuple[nbformat.NotebookNode, dt.dat
     }
 
 
-def _prepare(course: Course, members) -> None:
+def _prepare(course: Course, members, config_text: str = PER_HOUR, claims: dict | None = None) -> None:
+    """The class's notebooks, each with its timestamp.txt (``claims`` overrides one: bytes, or None for none) and
+    its arrival recorded as collect records it (the same time: stock nbgrader reads the file, ``grade`` the
+    record; a member whose time is None has no record)."""
     config = course.root / "autograder" / "nbgrader_config.py"
-    config.write_text(config.read_text() + PER_HOUR)
+    config.write_text(config.read_text() + config_text)
+    claims = claims or {}
     for student, (nb, when) in members.items():
         path = submissions.write_submission(course, student, CH1, nb)
-        (path.parent / "timestamp.txt").write_text(f"{when:%Y-%m-%d %H:%M:%S.%f} UTC")
+        claim = claims.get(student, f"{when:%Y-%m-%d %H:%M:%S.%f} UTC".encode() if when else None)
+        if claim is not None:
+            (path.parent / "timestamp.txt").write_bytes(claim)
+        (path.parent / "submission_secret.txt").write_text(student.encode().hex().ljust(128, "0"))  # as submit
+        if when is not None:
+            _record_arrival(course, student, path, when)
+
+
+def _record_arrival(course: Course, student: str, notebook, when: dt.datetime) -> None:
+    """One line of grading/arrivals.jsonl as ``python -m autograder collect`` writes it, written here as data
+    (the record's format is the contract; code before it ignores the file and trusts timestamp.txt)."""
+    import hashlib
+    import json
+
+    line = {"v": 1, "chapter": CH1, "student": student, "arrived": when.isoformat(timespec="microseconds"),
+            "source": "collect", "notebooks": {notebook.name: hashlib.sha256(notebook.read_bytes()).hexdigest()},
+            "observed": when.isoformat(timespec="microseconds"), "entry": f"{student}+{CH1}+x+y", "owner_uid": 0,
+            "claimed_id": student, "claimed_time": "", "flags": []}
+    with open(course.grading / "arrivals.jsonl", "a") as f:
+        f.write(json.dumps(line) + "\n")
 
 
 def _run(course: Course, *args: str, timeout: float = 420) -> str:
@@ -195,7 +241,7 @@ def test_grade_and_stock_nbgrader_agree_on_every_penalty(tmp_path):
     ours, stock = copy_course(tmp_path / "ours"), copy_course(tmp_path / "stock")
     members = _late_class(ours)
     deadline = ["deadlines", CH1, "--due", DUE.isoformat(), "--extend", "extended=3"]
-    for course in (ours, stock):
+    for course in (ours, stock):  # the same times: stock reads timestamp.txt, grade the recorded arrivals
         _prepare(course, members)
     _run(stock, "nbgrader", *generate_assignment(stock, CH1))
     _run(stock, *deadline)
@@ -234,3 +280,172 @@ def test_grade_and_stock_nbgrader_agree_on_every_penalty(tmp_path):
         {s: p for s, (_, p) in got.items()})
     assert {s: float(r["score"]) for s, r in exported.items()} == pytest.approx(
         {s: sc - p for s, (sc, p) in got.items()})
+
+
+# -- late work under "a late notebook scores zero", whatever the learner writes (issue 41, class 2) ---------------
+ZERO = '\nc.LateSubmissionPlugin.penalty_method = "zero"\n'
+LATE = DUE + dt.timedelta(hours=131)  # the examiner's control was 131 h late
+
+
+def _stub_grade(course: Course) -> dict[str, dict]:
+    from .batch_support import child_env
+
+    env = dict(child_env(), AUTOGRADER_ENGINE="tests.stub_engine")  # every graded cell passes: 27/27-like
+    for args in (["deadlines", CH1, "--due", DUE.isoformat()],
+                 ["grade", CH1, "--no-progress", "--no-similarity", "--workers", "1"]):
+        done = subprocess.run([sys.executable, "-m", "autograder", *args], cwd=course.root, env=env,
+                              capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, f"{args}: {done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    with open(course.grading / "grades.csv", newline="") as f:
+        return {r["student"]: r for r in csv.DictReader(f)}
+
+
+@pytest.mark.sandbox  # two `python -m autograder` processes (stub engine): an integration test, not the inner loop
+def test_late_work_loses_its_points_whatever_timestamp_txt_says(tmp_path):
+    """The examiner's late notebook, arrived 131 h after the due date (the arrival collect recorded), under the
+    "zero" policy: 0 whether its timestamp.txt is honest, missing, an earlier date, not a date, or a time with
+    a zone name that reads as the day before. A notebook with no recorded arrival is held for the instructor
+    (flagged, no final score), and so is one changed after it was collected."""
+    from .nbgrader_run import copy_course
+
+    course = copy_course(tmp_path / "course")
+    ref = submissions.reference(course, CH1)
+    early = f"{DUE - dt.timedelta(days=2):%Y-%m-%d %H:%M:%S.%f} UTC".encode()
+    members = {"ontime": (ref, DUE - dt.timedelta(hours=1)), "late": (ref, LATE), "no-stamp": (ref, LATE),
+               "earlier": (ref, LATE), "not-a-date": (ref, LATE), "zone-name": (ref, LATE),
+               "unrecorded": (ref, None), "changed": (ref, DUE - dt.timedelta(hours=1))}
+    _prepare(course, members, ZERO, claims={
+        "no-stamp": None, "earlier": early, "not-a-date": b"the day before the due date",
+        # 10 h after the due date at UTC+14 is 4 h before it in UTC: read with the zone name, it looks on time
+        "zone-name": f"{DUE + dt.timedelta(hours=10):%Y-%m-%d %H:%M:%S} Pacific/Kiritimati".encode(),
+        "unrecorded": early})
+    changed = course.grading / "submitted" / "changed" / CH1 / f"{CH1}.ipynb"
+    changed.write_text(changed.read_text() + " ")  # edited in grading/submitted/ after collect recorded it
+
+    rows = _stub_grade(course)
+    full = float(rows["ontime"]["score"])
+    assert full > 0 and float(rows["ontime"]["final_score"]) == full and rows["ontime"]["flagged"] == "no"
+    late = ("late", "no-stamp", "earlier", "not-a-date", "zone-name")
+    got = {s: (float(rows[s]["score"]), rows[s]["final_score"], rows[s]["late_hours"]) for s in late}
+    assert got == {s: (full, "0", "131.00") for s in late}, "every late notebook scores zero, whatever it claims"
+    assert rows["ontime"]["submitted_at"].startswith(f"{DUE - dt.timedelta(hours=1):%Y-%m-%d %H:%M:%S} UTC")
+    # the learner's claim is shown beside the recorded time, never used
+    assert rows["earlier"]["learner_claimed_at"] == early.decode()
+    assert "timestamp.txt is not a date" in rows["not-a-date"]["flags"]
+    assert "timestamp.txt is not a date" in rows["zone-name"]["flags"]
+    for student in ("unrecorded", "changed"):  # no recorded arrival for this notebook: held, never on time
+        r = rows[student]
+        assert float(r["score"]) == full and r["final_score"] == "" and r["late_penalty"] == "", (student, r)
+        assert r["flagged"] == "yes" and "held for the instructor" in r["flags"], (student, r)
+    assert rows["unrecorded"]["learner_claimed_at"] == early.decode()
+    with Gradebook(course.db_url, course_id=COURSE_ID) as gb:  # stock nbgrader's view: nothing to count yet
+        sub = gb.find_submission(CH1, "unrecorded")
+        assert sub.timestamp is None and sub.late_submission_penalty == pytest.approx(full)
+        assert gb.find_submission(CH1, "late").timestamp == LATE
+    report = (course.grading / "reports" / "class_report.html").read_text()
+    held = report.split("<h2>Held for the instructor</h2>")[1].split("<h2>")[0]
+    assert "unrecorded" in held and "changed" in held and "ontime" not in held
+    long_csv = _run(course, "export", "--format", "long", "--out", str(tmp_path / "long.csv"))
+    assert "long.csv" in long_csv
+    with open(tmp_path / "long.csv", newline="") as f:
+        exported = {r["student"]: r for r in csv.DictReader(f)}
+    assert (exported["unrecorded"]["score"], exported["unrecorded"]["status"]) == ("", "held")
+    assert float(exported["no-stamp"]["score"]) == 0.0 and float(exported["ontime"]["score"]) == full
+
+    # The instructor records when the unrecorded one arrived: the next grade applies the policy to that time.
+    from .batch_support import child_env
+
+    done = subprocess.run([sys.executable, "-m", "autograder", "deadlines", CH1, "--received",
+                           f"unrecorded={(DUE - dt.timedelta(minutes=5)).isoformat()}"], cwd=course.root,
+                          env=child_env(), capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    rows = _stub_grade(course)
+    assert float(rows["unrecorded"]["final_score"]) == full and "held" not in rows["unrecorded"]["flags"]
+    assert rows["changed"]["final_score"] == "", "still held: its recorded arrival was for another notebook"
+
+
+# -- the arrival record (autograder/arrivals.py) ----------------------------------------------------------------
+@pytest.mark.unit
+def test_a_learner_cannot_move_the_change_time_back(tmp_path):
+    """What collect trusts: ``touch -d`` sets mtime and atime, never ctime, on the entry and everything in it."""
+    import os
+    import time
+
+    from autograder import arrivals
+
+    entry = tmp_path / "ada+ch+2026-11-20 10:00:00.000000 UTC+x"
+    (entry / "sub").mkdir(parents=True)
+    (entry / "sub" / "ch.ipynb").write_text("{}")
+    latest, seen, complete = arrivals.latest_ctime(entry)
+    assert (seen, complete) == (2, True)
+    long_ago = time.time() - 10 * 86400
+    for path in (entry, entry / "sub", entry / "sub" / "ch.ipynb"):
+        os.utime(path, (long_ago, long_ago))
+    after, _, _ = arrivals.latest_ctime(entry)
+    assert after >= latest > long_ago + 86400, "utime itself changes the inode: ctime moves later, never back"
+    assert os.stat(entry / "sub" / "ch.ipynb").st_mtime == long_ago
+
+
+@pytest.mark.unit
+def test_collect_copies_regular_files_only(tmp_path):
+    import os
+
+    from autograder import arrivals
+
+    src = tmp_path / "entry"
+    (src / "inner").mkdir(parents=True)
+    (src / "nb.ipynb").write_text("{}")
+    (src / "inner" / "data.txt").write_text("x")
+    os.symlink("/etc/shadow", src / "answers.ipynb")
+    os.mkfifo(src / "pipe")
+    flags = arrivals.copy_entry(src, tmp_path / "copy")
+    assert sorted(p.relative_to(tmp_path / "copy").as_posix() for p in (tmp_path / "copy").rglob("*")) == [
+        "inner", "inner/data.txt", "nb.ipynb"]
+    assert sorted(flags) == ["an entry of the inbox entry was not collected: a FIFO (not followed)",
+                             "an entry of the inbox entry was not collected: a symbolic link (not followed)"]
+
+
+@pytest.mark.unit
+def test_an_arrival_is_bound_to_the_notebook_it_saw(tmp_path):
+    import hashlib
+
+    from autograder import arrivals
+
+    nb, other = b'{"cells": []}', b'{"cells": [1]}'
+    digest = {"ch.ipynb": hashlib.sha256(nb).hexdigest()}
+    path = tmp_path / "arrivals.jsonl"
+
+    def record(when, source="collect", student="ada", notebooks=digest):
+        arrivals.append(path, arrivals.Arrival(chapter="ch", student=student, arrived=when, source=source,
+                                               notebooks=notebooks))
+
+    record(DUE - dt.timedelta(hours=1))
+    record(DUE + dt.timedelta(hours=5))  # collected again after the entry was touched: same bytes
+    with open(path, "ab") as f:
+        f.write(b'{"v": 1, "chapter": "ch", "stud')  # a torn last line (a crash while writing)
+    ledger = arrivals.Ledger.read(path)
+    assert ledger.skipped == 1
+    assert ledger.arrival_of("ada", "ch", "ch.ipynb", nb).arrived == DUE - dt.timedelta(hours=1), \
+        "the same bytes were there at the first observation"
+    assert ledger.arrival_of("ada", "ch", "ch.ipynb", other) is None, "a changed notebook has no arrival"
+    assert ledger.arrival_of("bea", "ch", "ch.ipynb", nb) is None, "a record is one learner's"
+    assert ledger.arrival_of("ada", "ch", "renamed.ipynb", nb) is None
+    record(DUE + dt.timedelta(hours=2), source="instructor")
+    assert arrivals.Ledger.read(path).arrival_of("ada", "ch", "ch.ipynb", nb).source == "instructor", \
+        "the instructor's record is the one that counts"
+
+
+@pytest.mark.unit
+def test_one_account_chooses_among_its_own_entries_only(tmp_path):
+    from autograder import arrivals
+
+    def entry(name, owner, claim):
+        return arrivals.InboxEntry(path=tmp_path / name, name=name, claimed_id=name.split("+")[0],
+                                   claimed_time=claim, claimed_when=dt.datetime.fromisoformat(claim),
+                                   owner_uid=1000, owner=owner)
+
+    chosen = arrivals.choose([entry("ada+ch+1", "ada", "2026-11-20 10:00:00"),
+                              entry("ada+ch+2", "bob", "2099-01-01 00:00:00"),  # bob's, in ada's name
+                              entry("bob+ch+3", "bob", "2026-11-21 10:00:00"),
+                              entry("cy+ch+4", None, "2026-11-21 10:00:00")])  # no such account
+    assert {owner: e.name for owner, e in chosen.items()} == {"ada": "ada+ch+1", "bob": "ada+ch+2"}

@@ -159,3 +159,99 @@ def _as(name: str, statement: str) -> str:
             "os.setuid(pw.pw_uid); %s" % (name, statement))
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     return done.stderr
+
+
+LATE_POLICY = '\nc.LateSubmissionPlugin.penalty_method = "zero"\n'
+
+
+@pytest.mark.timeout(1200)
+def test_collect_records_when_and_whose_not_what_the_learner_wrote(tmp_path, learners, exchange):
+    """Issue 41, class 2, through a real exchange with two accounts. One learner submits before the due date,
+    the other after it and then covers their tracks: an earlier date in their inbox entry's timestamp.txt,
+    every file time set back before the due date (``touch -d``), and a second entry named for the first learner
+    with a later claimed time (stock nbgrader's collect takes that one as the first learner's). ``python -m
+    autograder collect`` records each submission under the account that owns its entry, at the time the
+    kernel's change times allow: under the "zero" policy the late one scores zero, the owner mismatch is
+    flagged, and the first learner keeps their own notebook and their full score."""
+    import csv
+    import datetime as dt
+    import json
+    import time
+
+    course = Course().copy_to(tmp_path / "course")
+    course.grading.mkdir(parents=True, exist_ok=True)
+    config = course.root / "autograder" / "nbgrader_config.py"
+    config.write_text(config.read_text() + LATE_POLICY)
+    env = course.nbgrader_env()
+    ex = [f"--Exchange.root={exchange}", "--log-level=WARN"]
+
+    def instructor(*args):
+        return _run([sys.executable, "-m", "nbgrader", *args, *ex], env=env, cwd=course.root)
+
+    def learner(name, *args):
+        return _run([sys.executable, "-c", AS_LEARNER, name, *args, f"--course={COURSE_ID}", *ex],
+                    env=dict(child_env(), JUPYTER_CONFIG_PATH=""), cwd="/")
+
+    def submit(name, nb):
+        learner(name, "fetch_assignment", CHAPTER)
+        pw = pwd.getpwnam(name)
+        path = Path(pw.pw_dir) / CHAPTER / f"{CHAPTER}.ipynb"
+        nbformat.write(nb, path)
+        os.chown(path, pw.pw_uid, pw.pw_gid)
+        learner(name, "submit", CHAPTER)
+
+    instructor("db", "assignment", "add", CHAPTER)
+    instructor("release_assignment", CHAPTER)
+    ontime, late = learners
+    reference, blank = submissions.reference(course, CHAPTER), submissions.blank(course, CHAPTER)
+    submit(ontime, reference)
+    due = dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
+    # Well past the kernel's coarse clock (a change time lags the wall clock by a few milliseconds at most):
+    # ordering, not a race. Nothing below depends on how fast it runs.
+    time.sleep(1.5)
+    submit(late, reference)
+    inbound = exchange / COURSE_ID / "inbound"
+    (entry,) = inbound.glob(f"{late}+{CHAPTER}+*")
+    early = f"{due - dt.timedelta(days=1):%Y-%m-%d %H:%M:%S.%f} UTC"
+    before = (due - dt.timedelta(days=1)).replace(tzinfo=dt.timezone.utc).timestamp()
+    forged = inbound / f"{ontime}+{CHAPTER}+2099-01-01 00:00:00.000000 UTC+forged"
+    handout = exchange / "blank.ipynb"  # a notebook the late learner can read (too large for a command line)
+    nbformat.write(blank, handout)
+    os.chmod(handout, 0o644)
+    # (the learner's process cannot import more modules once it runs as the learner: os only)
+    cover_up = (f"e = {str(entry)!r}; open(e + '/timestamp.txt', 'w').write({early!r}); "
+                f"f = {str(forged)!r}; os.mkdir(f); "
+                f"open(f + '/{CHAPTER}.ipynb', 'wb').write(open({str(handout)!r}, 'rb').read()); "
+                f"open(f + '/timestamp.txt', 'w').write('2099-01-01 00:00:00.000000 UTC'); "
+                f"open(f + '/submission_secret.txt', 'w').write('ab' * 64); "
+                f"[os.utime(os.path.join(d, n), ({before}, {before}), follow_symlinks=False) "
+                f"for top in (e, f) for d, dirs, files in os.walk(top) for n in ['.', *dirs, *files]]")
+    assert _as(late, cover_up) == ""
+    assert entry.stat().st_mtime == before, "the learner set every file time back"
+
+    out = _run([sys.executable, "-m", "autograder", "collect", CHAPTER, "--exchange", str(exchange)],
+               env=child_env(), cwd=course.root)
+    assert f"{late}: arrived" in out and f"claims another student than the account that owns it: collected as the " \
+        f"owner's ({late})" in out, out
+    submitted = course.grading / "submitted"
+    assert (submitted / ontime / CHAPTER / f"{CHAPTER}.ipynb").read_text().strip() == nbformat.writes(reference), \
+        "the first learner keeps their own notebook"
+    assert (submitted / late / CHAPTER / f"{CHAPTER}.ipynb").read_text().strip() == nbformat.writes(blank), \
+        "the forged entry is the late learner's (their latest claimed)"
+    records = {r["student"]: r for r in map(json.loads, (course.grading / "arrivals.jsonl").read_text().splitlines())}
+    assert set(records) == {ontime, late}
+    assert dt.datetime.fromisoformat(records[ontime]["arrived"]) <= due < dt.datetime.fromisoformat(
+        records[late]["arrived"]), (due, records)
+    assert records[late]["owner_uid"] == pwd.getpwnam(late).pw_uid and records[late]["claimed_id"] == ontime
+
+    grade_env = dict(child_env(), AUTOGRADER_ENGINE="tests.stub_engine")  # every graded cell passes
+    for args in (["deadlines", CHAPTER, "--due", due.isoformat()],
+                 ["grade", CHAPTER, "--no-progress", "--no-similarity", "--workers", "1"]):
+        _run([sys.executable, "-m", "autograder", *args], env=grade_env, cwd=course.root)
+    with open(course.grading / "grades.csv", newline="") as f:
+        rows = {r["student"]: r for r in csv.DictReader(f)}
+    full = float(rows[ontime]["score"])
+    assert full > 0 and float(rows[ontime]["final_score"]) == full and rows[ontime]["flagged"] == "no"
+    assert (float(rows[late]["score"]), float(rows[late]["final_score"])) == (full, 0.0), rows[late]
+    assert "claims another student than the account that owns it" in rows[late]["flags"]
+    assert rows[late]["learner_claimed_at"] == "2099-01-01 00:00:00.000000 UTC", "the claim is shown, not used"

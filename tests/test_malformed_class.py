@@ -86,7 +86,10 @@ def test_ids_are_distinct_and_bounded(tmp_path):
 @pytest.mark.unit
 @pytest.mark.parametrize("text, expected", [
     (STAMP, "2026-11-20 10:00:00"), ("2026-11-20T10:00:00+01:00", "2026-11-20 09:00:00"),
-    ("2026-11-20 11:00:00 Europe/Paris", "2026-11-20 10:00:00"), ("not a date at all", None),
+    ("2026-11-20T10:00:00Z", "2026-11-20 10:00:00"), ("2026-11-20 10:00:00 -0230", "2026-11-20 12:30:00"),
+    # a zone name is learner text, never looked up (issue 41: Pacific/Kiritimati read as the day before)
+    ("2026-11-20 10:00:00 Pacific/Kiritimati", None), ("2026-11-20 11:00:00 Europe/Paris", None),
+    ("2026-11-20 10:00:00", None), ("2026-11-20T10:00:00+24:00", None), ("not a date at all", None),
     ("2026-11-20 10:00:00 ../../../../etc/passwd", None), ("9" * 300, None), ("", None), (None, None)])
 def test_timestamps_parse_or_are_none(text, expected):
     when = learner_files.parse_timestamp(text)

@@ -1,0 +1,477 @@
+"""When did a submission arrive: the one owner of the submission time, and the ``collect`` command.
+
+``python -m autograder collect CHAPTER [--exchange DIR] [--update]``
+
+Everything in a learner's inbox entry is the learner's: the notebook, ``timestamp.txt``, the entry's name
+(``student+chapter+timestamp+random``, which nbgrader's collect reads as the student id and the time), and every
+file time a learner can set (``touch -d`` sets mtime and atime to any date). So none of them is the submission
+time, and none of them says whose submission it is. What a learner cannot write is recorded here instead:
+
+- **The time.** A file's inode change time (``st_ctime``) is set by the kernel to the current time on every
+  change of the inode (creation, write, rename, link, chmod, chown) and no system call lets an unprivileged
+  account set it to another value; only a change of the system clock (root) moves it. The latest ``ctime``
+  over the inbox entry and everything in it (``lstat``, nothing followed) is therefore the moment the entry
+  reached the state that was collected: a learner can make it later (by touching the entry) but never earlier.
+  The time ``collect`` looked at the entry is an upper bound too (a ``ctime`` in the future, e.g. from a file
+  server's clock, is cut to it). The arrival time is the smaller of the two, read *after* the entry was copied,
+  so a change while it was being copied moves it later, never earlier. An entry with more than
+  :data:`learner_files.MAX_ENTRIES` entries is not copied past them; its time covers what was copied.
+- **The learner.** The account that owns the inbox entry (its ``st_uid``: the exchange's inbox is
+  ``drwx-wx-wt``, an entry there is created by, and belongs to, the account that submitted it) is the
+  submission's learner, whatever id the entry's name claims. A mismatch is flagged, and the submission is
+  recorded under the owner.
+- **The binding.** Each record holds the SHA-256 of every notebook of the collected folder. A record applies
+  to a submitted folder only while its notebook is byte for byte the one collected: a notebook placed or
+  changed by hand in ``grading/submitted/`` later has no arrival time (``grade`` holds it for the instructor).
+
+The learner's claims are kept as claims: the time in the entry's name is used only to choose among one
+learner's own entries (the latest claimed, as nbgrader's collect does), and ``timestamp.txt`` is shown beside
+the trusted time, never used for lateness.
+
+The record is the append-only JSON-lines file ``grading/arrivals.jsonl`` (the instructor's, outside
+``grading/submitted/``, which holds learner files). One line per observation: the latest line for a learner
+and chapter whose notebook digest matches is the one that counts. ``collect`` writes lines with
+``source: "collect"``; an instructor writes one with ``python -m autograder deadlines CHAPTER --received
+STUDENT=ISO`` (``source: "instructor"``), e.g. for a notebook handed over by mail; a future JupyterHub service
+that observes arrivals itself writes its own ``source`` through :func:`append`.
+
+Copying: the chosen entry is copied into a private staging exchange (regular files and folders only; a symbolic
+link, FIFO or device in the inbox is not followed, not copied, and flagged; every file read with ``O_NOFOLLOW``
+and a size bound), under the owner's id, and nbgrader's own ``collect`` then runs on that staging exchange with
+the course's configuration, so its ignore list, ``--update`` rule and folder layout are unchanged.
+"""
+from __future__ import annotations
+
+import argparse
+import base64
+import datetime as _dt
+import hashlib
+import json
+import os
+import pwd
+import shutil
+import stat
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from . import learner_files
+from .course import Course
+
+LEDGER_NAME = "arrivals.jsonl"
+FORMAT_VERSION = 1
+# A submitted folder's notebooks digested for the binding (its own notebook is one; a folder of thousands is not
+# a submission anyone graded as given).
+MAX_NOTEBOOKS = 64
+MAX_NOTEBOOK_BYTES = 50 << 20  # autograder/intake.py's bound: a larger notebook is never graded anyway
+# What one inbox entry may put on the instructor's disk through collect.
+MAX_ENTRY_BYTES = 512 << 20
+MAX_LEDGER_BYTES = 256 << 20
+SOURCES = ("collect", "instructor", "service")
+MISMATCH = "the inbox entry's name claims another student than the account that owns it"
+EXCHANGE_DEFAULT = "/usr/local/share/nbgrader/exchange"  # nbgrader's Exchange.root default
+
+
+# -- the record ----------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Arrival:
+    """One observation of a submission's arrival."""
+    chapter: str
+    student: str  # the id it is recorded under: the owning account's name
+    arrived: _dt.datetime  # naive UTC: the trusted submission time
+    source: str  # "collect", "instructor", "service"
+    notebooks: dict  # {file name: sha256 hex} of the collected folder's notebooks
+    observed: _dt.datetime | None = None  # naive UTC: when it was recorded
+    entry: str = ""  # the inbox entry's name (printable, as learner_files.student_id writes names)
+    owner_uid: int | None = None
+    claimed_id: str = ""  # the student id the entry's name claimed
+    claimed_time: str = ""  # the time the entry's name claimed (the learner's)
+    flags: tuple = ()  # what collect found wrong (an owner mismatch, refused links...)
+
+    def to_json(self) -> dict:
+        data = asdict(self)
+        data["arrived"] = _iso(self.arrived)
+        data["observed"] = _iso(self.observed) if self.observed else None
+        data["flags"] = list(self.flags)
+        return {"v": FORMAT_VERSION, **data}
+
+    @classmethod
+    def from_json(cls, data) -> "Arrival":
+        if not isinstance(data, dict) or data.get("v") != FORMAT_VERSION:
+            raise ValueError("not an arrival record of this version")
+        notebooks = data.get("notebooks")
+        if not isinstance(notebooks, dict) or not all(isinstance(k, str) and isinstance(v, str)
+                                                      for k, v in notebooks.items()):
+            raise ValueError("notebooks is not {name: digest}")
+        if data.get("source") not in SOURCES:
+            raise ValueError("unknown source")
+        flags = data.get("flags") or []
+        if not isinstance(flags, list) or not all(isinstance(f, str) for f in flags):
+            raise ValueError("flags is not a list of text")
+        uid = data.get("owner_uid")
+        return cls(chapter=str(data["chapter"]), student=str(data["student"]),
+                   arrived=_parse_iso(data["arrived"]), source=data["source"], notebooks=dict(notebooks),
+                   observed=_parse_iso(data["observed"]) if data.get("observed") else None,
+                   entry=str(data.get("entry") or ""), owner_uid=uid if isinstance(uid, int) else None,
+                   claimed_id=str(data.get("claimed_id") or ""), claimed_time=str(data.get("claimed_time") or ""),
+                   flags=tuple(flags))
+
+    def key(self) -> str:
+        """What of this record can change a result (for the resume key): the time and the flags."""
+        return json.dumps([_iso(self.arrived), self.source, list(self.flags)])
+
+    def describe(self) -> str:
+        """``2026-11-25 11:06:57 UTC (collect)``: the trusted time, for people."""
+        return f"{self.arrived:%Y-%m-%d %H:%M:%S} UTC ({self.source})"
+
+
+def _iso(when: _dt.datetime) -> str:
+    return when.isoformat(timespec="microseconds")
+
+
+def _parse_iso(text) -> _dt.datetime:
+    when = _dt.datetime.fromisoformat(str(text))
+    if when.tzinfo is not None:
+        raise ValueError("arrival times are naive UTC")
+    return when
+
+
+def ledger_path(course: Course) -> Path:
+    return course.grading / LEDGER_NAME
+
+
+def append(path: Path, arrival: Arrival) -> None:
+    """Add one record (one line, one ``write`` on an ``O_APPEND`` descriptor, synced): concurrent writers never
+    interleave inside a line, and a crash leaves at most one torn last line, which :class:`Ledger` skips."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    line = (json.dumps(arrival.to_json(), sort_keys=True, ensure_ascii=True) + "\n").encode()
+    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o640)
+    try:
+        size = os.fstat(fd).st_size
+        if size and os.pread(fd, 1, size - 1) != b"\n":  # a torn line: ours starts on a line of its own
+            line = b"\n" + line
+        os.write(fd, line)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class Ledger:
+    """Every arrival record of a course, read once; :meth:`arrival_of` answers per submission."""
+
+    def __init__(self, records: list[Arrival], skipped: int = 0):
+        self.skipped = skipped  # lines that were not records (a torn last line after a crash)
+        self._by_key: dict[tuple[str, str], list[Arrival]] = {}
+        for record in records:
+            self._by_key.setdefault((record.student, record.chapter), []).append(record)
+
+    @classmethod
+    def read(cls, path: Path) -> "Ledger":
+        try:
+            raw = learner_files.read_bounded(path, MAX_LEDGER_BYTES)
+        except learner_files.NotReadable as err:
+            if str(err) == "missing":
+                return cls([])
+            raise RuntimeError(f"the arrival record {path} is not readable ({err})") from None
+        records, skipped = [], 0
+        for line in raw.split(b"\n"):
+            if not line.strip():
+                continue
+            try:
+                records.append(Arrival.from_json(json.loads(line)))
+            except (ValueError, KeyError, TypeError):
+                skipped += 1
+        return cls(records, skipped)
+
+    def records(self, student: str, chapter: str) -> list[Arrival]:
+        return list(self._by_key.get((student, chapter), ()))
+
+    def arrival_of(self, student: str, chapter: str, notebook_name: str, content: bytes | None) -> Arrival | None:
+        """The arrival of exactly this notebook of this learner and chapter, or None: the instructor's latest
+        record of it if there is one (the instructor may correct a time either way), else the earliest one an
+        observer recorded (the same bytes were there then; a later change of the inbox entry that left the
+        notebook as it was does not make it late)."""
+        if content is None:
+            return None
+        digest = hashlib.sha256(content).hexdigest()
+        matching = [r for r in self._by_key.get((student, chapter), ()) if r.notebooks.get(notebook_name) == digest]
+        by_instructor = [r for r in matching if r.source == "instructor"]
+        if by_instructor:
+            return by_instructor[-1]
+        return min(matching, key=lambda r: r.arrived, default=None)
+
+
+def notebook_digests(folder: Path) -> dict[str, str]:
+    """{name: sha256} of the regular ``*.ipynb`` files directly in a collected folder (``lstat``; nothing
+    followed, each read bounded)."""
+    out: dict[str, str] = {}
+    try:
+        entries = sorted(os.scandir(folder), key=lambda e: e.name)
+    except OSError:
+        return out
+    for entry in entries:
+        # nbgrader's collect leaves out hidden files (the course's ignore list has ".*")
+        if entry.name.startswith(".") or not entry.name.endswith(".ipynb") or len(out) >= MAX_NOTEBOOKS:
+            continue
+        try:
+            data = learner_files.read_bounded(entry.path, MAX_NOTEBOOK_BYTES)
+        except learner_files.NotReadable:
+            continue
+        out[entry.name] = hashlib.sha256(data).hexdigest()
+    return out
+
+
+def utc_now() -> _dt.datetime:
+    return _dt.datetime.now(_dt.timezone.utc).replace(tzinfo=None)
+
+
+def from_epoch(seconds: float) -> _dt.datetime:
+    return _dt.datetime.fromtimestamp(seconds, _dt.timezone.utc).replace(tzinfo=None)
+
+
+def record_received(course: Course, chapter: str, student: str, when: _dt.datetime,
+                    submitted: Path | None = None) -> Arrival:
+    """The instructor's own record of when ``student``'s collected ``chapter`` arrived (naive UTC), bound to
+    the notebook collected now. Raises ``LookupError`` when there is no collected notebook to bind it to."""
+    folder = (submitted or course.grading / "submitted") / student / chapter
+    notebooks = notebook_digests(folder)
+    if not notebooks:
+        raise LookupError(f"no collected notebook in {folder}")
+    arrival = Arrival(chapter=chapter, student=student, arrived=when, source="instructor", notebooks=notebooks,
+                      observed=utc_now())
+    append(ledger_path(course), arrival)
+    return arrival
+
+
+# -- the inbox -----------------------------------------------------------------------------------------------
+@dataclass
+class InboxEntry:
+    """One ``student+chapter+timestamp[+random]`` entry of the exchange's inbox, as ``lstat`` sees it."""
+    path: Path
+    name: str  # printable (learner_files.student_id of the name's bytes)
+    claimed_id: str
+    claimed_time: str
+    claimed_when: _dt.datetime | None  # the claimed time, parsed strictly (None: not a date)
+    owner_uid: int
+    owner: str | None  # the owning account's name (None: no such account)
+
+
+def owner_name(uid: int) -> str | None:
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return None
+
+
+def scan_inbox(inbound: Path, chapter: str) -> list[InboxEntry]:
+    """The inbox entries of ``chapter`` (folders only: a symbolic link there is skipped, never followed)."""
+    found = []
+    try:
+        entries = sorted(os.scandir(os.fsencode(inbound)), key=lambda e: e.name)
+    except OSError as err:
+        raise RuntimeError(f"cannot list the exchange's inbox {inbound}: {err.strerror}") from None
+    for entry in entries:
+        parts = entry.name.rsplit(b"+", 3)
+        if len(parts) < 3 or parts[1] != chapter.encode():
+            continue
+        try:
+            st = os.lstat(entry.path)
+        except OSError:
+            continue
+        if not stat.S_ISDIR(st.st_mode):
+            continue
+        name = learner_files.student_id(entry.name)[0]
+        claimed_id = learner_files.student_id(parts[0])[0]
+        claimed_time = learner_files.student_id(parts[2])[0]
+        found.append(InboxEntry(path=Path(os.fsdecode(entry.path)), name=name, claimed_id=claimed_id,
+                                claimed_time=claimed_time,
+                                claimed_when=learner_files.parse_timestamp(parts[2].decode("utf-8", "replace")),
+                                owner_uid=st.st_uid, owner=owner_name(st.st_uid)))
+    return found
+
+
+def choose(entries: list[InboxEntry]) -> dict[str, InboxEntry]:
+    """{owner: the entry collected for them}: among one account's own entries, the latest claimed time (as
+    nbgrader's collect chooses; an entry whose claim is not a date comes first). Entries of no account are
+    left out (there is nobody to record them under)."""
+    chosen: dict[str, InboxEntry] = {}
+    floor = _dt.datetime.min
+    for entry in entries:
+        if entry.owner is None:
+            continue
+        best = chosen.get(entry.owner)
+        if best is None or (entry.claimed_when or floor, entry.name) > (best.claimed_when or floor, best.name):
+            chosen[entry.owner] = entry
+    return chosen
+
+
+def latest_ctime(root: Path) -> tuple[float, int, bool]:
+    """(latest ``st_ctime`` over ``root`` and everything under it, entries seen, whether all were seen)."""
+    latest = os.lstat(root).st_ctime
+    seen, stack = 0, [root]
+    while stack:
+        current = stack.pop()
+        try:
+            entries = sorted(os.scandir(current), key=lambda e: e.name)
+        except OSError:
+            continue
+        for entry in entries:
+            seen += 1
+            if seen > learner_files.MAX_ENTRIES:
+                return latest, seen - 1, False
+            try:
+                st = os.lstat(entry.path)
+            except OSError:
+                continue
+            latest = max(latest, st.st_ctime)
+            if stat.S_ISDIR(st.st_mode):
+                stack.append(Path(entry.path))
+    return latest, seen, True
+
+
+def copy_entry(src: Path, dest: Path) -> list[str]:
+    """Copy an inbox entry: folders and regular files only, nothing followed, each file read with
+    ``O_NOFOLLOW`` and bounded; returns flags for what was not copied."""
+    flags, seen, total = [], 0, 0
+    stack = [(src, dest)]
+    dest.mkdir(mode=0o700)
+    while stack:
+        current, target = stack.pop()
+        try:
+            entries = sorted(os.scandir(current), key=lambda e: e.name)
+        except OSError as err:
+            flags.append(f"a folder of the inbox entry could not be listed ({err.strerror}); not collected")
+            continue
+        for entry in entries:
+            seen += 1
+            if seen > learner_files.MAX_ENTRIES:
+                flags.append(f"the inbox entry holds more than {learner_files.MAX_ENTRIES} entries; the rest were "
+                             "not collected")
+                return flags
+            try:
+                st = os.lstat(entry.path)
+            except OSError:
+                continue
+            out = target / entry.name
+            if stat.S_ISDIR(st.st_mode):
+                out.mkdir(mode=0o700)
+                stack.append((Path(entry.path), out))
+            elif stat.S_ISREG(st.st_mode):
+                try:
+                    data = learner_files.read_bounded(entry.path, max(0, MAX_ENTRY_BYTES - total))
+                except learner_files.NotReadable as err:  # named by kind only: a file's name is the learner's text
+                    flags.append(f"a file of the inbox entry was not collected: {err}")
+                    continue
+                total += len(data)
+                out.write_bytes(data)
+                os.utime(out, ns=(st.st_atime_ns, st.st_mtime_ns))  # as nbgrader's copy2 keeps them
+            else:
+                flags.append(f"an entry of the inbox entry was not collected: a {learner_files.kind(st.st_mode)} "
+                             "(not followed)")
+    return flags
+
+
+def _staged_name(entry: InboxEntry, owner: str, chapter: str) -> str:
+    # nbgrader's collect reads the time from the name (its --update rule compares it with timestamp.txt): the
+    # learner's claim when it is a date, as nbgrader would read it unstaged; the trusted time otherwise.
+    claim = entry.claimed_time if entry.claimed_when is not None and "+" not in entry.claimed_time else None
+    stamp = claim or f"{utc_now():%Y-%m-%d %H:%M:%S.%f} UTC"
+    return f"{owner}+{chapter}+{stamp}+{base64.urlsafe_b64encode(os.urandom(9)).decode()}"
+
+
+def exchange_root(course: Course) -> Path:
+    """The exchange the course's nbgrader configuration names (nbgrader's default otherwise)."""
+    from traitlets.config.loader import PyFileConfigLoader
+
+    path = course.root / "autograder" / "nbgrader_config.py"
+    config = PyFileConfigLoader(path.name, path=str(path.parent)).load_config()
+    root = config.get("Exchange", {}).get("root") if "Exchange" in config else None
+    return Path(root or EXCHANGE_DEFAULT)
+
+
+def collect(course: Course, chapter: str, exchange: Path, update: bool = False, log=print) -> list[Arrival]:
+    """Collect every learner's latest entry of ``chapter`` from ``exchange`` under the owning account, through
+    nbgrader's collect, and record the arrival of each one collected. Returns the records written."""
+    from .gradebook import COURSE_ID  # here: grading imports this module, and must not load SQLAlchemy for it
+
+    inbound = exchange / COURSE_ID / "inbound"
+    entries = scan_inbox(inbound, chapter)
+    for entry in entries:
+        if entry.owner is None:
+            log(f"skipped {entry.name}: owned by uid {entry.owner_uid}, which is no account")
+    chosen = choose(entries)
+    submitted = course.grading / "submitted"
+    written = []
+    with tempfile.TemporaryDirectory(prefix="collect-") as tmp:
+        staging = Path(tmp) / COURSE_ID / "inbound"
+        staging.mkdir(parents=True)
+        staged: dict[str, tuple[InboxEntry, list[str], float, dict]] = {}
+        for owner, entry in sorted(chosen.items()):
+            flags = []
+            if entry.claimed_id != owner:  # the claimed id is the learner's text: kept in the record, not quoted here
+                flags.append(f"{MISMATCH}: collected as the owner's ({owner}); the claimed id is in "
+                             f"grading/{LEDGER_NAME}")
+            target = staging / _staged_name(entry, owner, chapter)
+            try:
+                flags += copy_entry(entry.path, target)
+                # After the copy: a change made while it was copied moves the time later, never earlier.
+                ctime, _seen, complete = latest_ctime(entry.path)
+            except OSError as err:
+                log(f"skipped {entry.name}: {err.strerror}")
+                shutil.rmtree(target, ignore_errors=True)
+                continue
+            observed = time.time()
+            if not complete:
+                flags.append(f"the inbox entry holds more than {learner_files.MAX_ENTRIES} entries: its time covers "
+                             "the ones collected")
+            if os.geteuid() == 0:  # nbgrader's check_owner compares the staged entry's owner with its name
+                os.chown(target, entry.owner_uid, -1)
+            staged[owner] = (entry, flags, min(ctime, observed), notebook_digests(target))
+        args = [sys.executable, "-m", "nbgrader", "collect", chapter, f"--Exchange.root={tmp}", "--log-level=WARN"]
+        if update:
+            args.append("--update")
+        done = subprocess.run(args, env=course.nbgrader_env(), cwd=course.root, capture_output=True, text=True)
+        if done.returncode != 0:
+            raise RuntimeError(f"nbgrader collect exited {done.returncode}: {(done.stdout + done.stderr)[-2000:]}")
+        for owner, (entry, flags, arrived, notebooks) in sorted(staged.items()):
+            folder = submitted / owner / chapter
+            if not notebooks or notebook_digests(folder) != notebooks:
+                log(f"{owner}: not collected (an earlier collection is kept; --update replaces it when the inbox "
+                    "holds a newer one)" if notebooks else f"{owner}: the inbox entry holds no notebook")
+                continue
+            arrival = Arrival(chapter=chapter, student=owner, arrived=from_epoch(arrived), source="collect",
+                              notebooks=notebooks, observed=utc_now(), entry=entry.name, owner_uid=entry.owner_uid,
+                              claimed_id=entry.claimed_id, claimed_time=entry.claimed_time, flags=tuple(flags))
+            append(ledger_path(course), arrival)
+            written.append(arrival)
+            log(f"{owner}: arrived {arrival.describe()}" + "".join(f"\n  flag: {f}" for f in flags))
+    return written
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m autograder collect",
+                                     description="Collect a chapter's submissions through nbgrader's collect, "
+                                                 "recording when each arrived and whose it is (see "
+                                                 "autograder/arrivals.py).")
+    parser.add_argument("chapter", metavar="CHAPTER")
+    parser.add_argument("--exchange", type=Path, metavar="DIR",
+                        help="nbgrader's exchange root (default: the course configuration's Exchange.root)")
+    parser.add_argument("--update", action="store_true",
+                        help="replace an earlier collection when the inbox holds a newer one (nbgrader's --update)")
+    parser.add_argument("--course", type=Path, metavar="DIR", help="course root (default: this repository)")
+    args = parser.parse_args(argv)
+    course = Course(args.course) if args.course else Course()
+    try:
+        written = collect(course, args.chapter, args.exchange or exchange_root(course), args.update)
+    except RuntimeError as err:
+        print(f"collect stopped: {err}", file=sys.stderr)
+        return 2
+    print(f"{len(written)} submission(s) collected and recorded in {ledger_path(course)}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
