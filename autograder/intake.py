@@ -7,26 +7,56 @@ or JSON nested so deep that recursive code (``copy.deepcopy``, nbformat, an inde
 out of stack. Both used to end a notebook's grading in an exception, or the whole batch when the text
 reached the gradebook or a file.
 
-:func:`clean_json` is the one gate: it rebuilds a JSON value with every string made encodable (lone
+:func:`read_submission` reads a submitted file within :data:`BUDGET` (issue 41, class 5): it is measured
+before it is parsed, parsed in a memory- and time-limited child process, and cut there to what grading reads
+(cells' type, id and text, and the metadata on ``safe_output``'s allow-list; outputs, attachments and every
+other key are dropped before anything copies them) by :mod:`autograder.bounded_json`. What cannot be a
+notebook, or is past a budget, is rejected with a reason for that learner (:class:`Unusable`); the rest passes
+through :func:`clean_json`.
+
+:func:`clean_json` is the one gate for text: it rebuilds a JSON value with every string made encodable (lone
 surrogates become U+FFFD), every key a string, non-finite floats as ``None`` and anything nested deeper
 than :data:`MAX_DEPTH` replaced by a short note; it says what it changed, and the grader turns that into
 a flag on the result, so the notebook is graded and the instructor sees why its outputs differ.
-
-:func:`read_submission` reads a submitted file: it rejects what cannot be a notebook with a reason for
-that learner (:class:`Unusable`) and passes everything else through :func:`clean_json`.
 :func:`clean_report` does the same for the kernel's report. Neither ever raises for a learner's input.
 """
 from __future__ import annotations
 
-import json
 import math
 import os
 from pathlib import Path
 
 import nbformat
+from nbformat.v4.nbbase import random_cell_id
+
+from . import bounded_json, safe_output
 
 MAX_DEPTH = 100  # deep enough for every check record (their values nest at most 20 levels, 2 JSON levels each)
 MAX_NOTEBOOK_BYTES = 50 << 20
+
+# What a submitted file may hold. The course's largest honest notebooks, measured on its releases with their
+# outputs and its solution notebooks (chapters/ and solutions/, 2026-11): at most 4,459 JSON values (chapter
+# 10's source; 4,386 in its release with outputs), nested 8 levels (a cell's outputs' data; 6 without
+# outputs), 91 cells, a cell's text at most 6,124 characters, 164,919 in all, the longest string a 202 KB PNG,
+# under 30 KB of the metadata grading keeps. Each budget leaves a wide margin for a learner's own outputs and
+# cells (a long training log, a big figure), and bounds what the trusted side can be made to build:
+BUDGET = bounded_json.Budget(
+    max_bytes=MAX_NOTEBOOK_BYTES,
+    max_values=500_000,  # 110x; a printed line is one value: a 400,000-line log still passes; the parse's own
+    #                      cost is then at most about 50 MB (about 100 bytes a value) beside the strings
+    max_depth=64,  # 8x (widget state nests about 12)
+    max_string_bytes=16 << 20,  # 80x; 3x the largest image safe_output keeps (4 MiB, 5.6 MB as base64)
+    max_cells=5_000,  # 55x
+    max_cell_chars=1 << 20,  # 170x
+    max_source_chars=4 << 20,  # 25x: every cell's text is executed, fingerprinted and stored with the result
+    max_kept_metadata_bytes=1 << 20,  # 35x
+    # The child needs about 3 times an accepted file (its bytes, then its text, then its strings), 8 times when
+    # its text holds a character outside the BMP (4 bytes a character, in the text and again in the strings):
+    # 422 MB for 50 MB of it, measured. 1 GiB leaves 2.4x over that worst case (benchmarks/intake_memory.py).
+    memory_bytes=1 << 30,
+    wall_s=60.0,  # a 50 MiB file takes about 2 s of CPU to measure and parse; 30x for a loaded machine
+)
+NBGRADER_REMOVED = "a cell's nbgrader metadata was not valid (nbgrader would not accept it) and was removed"
 CUT = "[cut by the grader: nested too deeply]"
 
 NOT_UNICODE = "text that is not valid Unicode was replaced (U+FFFD)"
@@ -99,69 +129,47 @@ def clean_report(report) -> tuple[dict, list[str]]:
     return cleaned, [f"in the notebook's outputs: {p}" for p in sorted(problems)]
 
 
-def read_submission(path: Path, chapter: str) -> tuple[nbformat.NotebookNode, list[str]]:
-    """A submitted file as a notebook (cells, sources and metadata only) and the intake's flags.
+def read_submission(path: Path, chapter: str,
+                    budget: bounded_json.Budget = BUDGET) -> tuple[nbformat.NotebookNode, list[str]]:
+    """A submitted file as a notebook (cells, sources and allow-listed metadata only) and the intake's flags.
 
-    Raises :class:`Unusable` with the reason when the file cannot be a notebook of ``chapter``.
+    Raises :class:`Unusable` with the reason when the file cannot be a notebook of ``chapter`` or is past
+    ``budget``; :class:`bounded_json.ReaderFailed` when the grader's own reader could not run.
     """
     path = Path(path)
     expected = f"{chapter}.ipynb"
     if path.name != expected:  # the name itself is the learner's text: never quoted in a reason (issue 41, class 7)
         raise Unusable(f"wrong file name: expected {expected}")
-    # Never through a link, never blocking on a FIFO, never more than the limit (autograder/learner_files.py).
+    # Never through a link, never blocking on a FIFO, never more than the limit (autograder/learner_files.py,
+    # which the reader's child uses to open it).
     try:
         size = os.lstat(path).st_size
     except OSError:
         raise Unusable("file not found") from None
-    if size > MAX_NOTEBOOK_BYTES:
-        raise Unusable(f"file too large ({size >> 20} MB; the limit is {MAX_NOTEBOOK_BYTES >> 20} MB)")
-    from .learner_files import NotReadable, read_bounded
-
+    if size > budget.max_bytes:
+        raise Unusable(f"file too large ({size >> 20} MB; the limit is {budget.max_bytes >> 20} MB)")
     try:
-        raw = read_bounded(path, MAX_NOTEBOOK_BYTES)
-    except NotReadable as exc:
+        skeleton = bounded_json.read_notebook(path, budget, safe_output.CELL_METADATA, safe_output.NOTEBOOK_METADATA)
+    except bounded_json.Unreadable as exc:
         what = str(exc)
         if what == "missing":
             raise Unusable("file not found") from None
         if what.startswith(("too large", "unreadable")):
             raise Unusable(f"file {what}") from None
         raise Unusable(f"not a regular file (a {what}): refused") from None
-    if not raw.strip():
-        raise Unusable("empty file")
-    try:
-        data = json.loads(raw.decode("utf-8"))
-    except UnicodeDecodeError:
-        raise Unusable("malformed JSON (the file is not UTF-8 text)") from None
-    except RecursionError:
-        raise Unusable(f"malformed JSON (nested deeper than Python can read)") from None
-    except ValueError:
-        raise Unusable("malformed JSON") from None
-    data, problems = clean_json(data)
-    if not isinstance(data, dict) or not isinstance(data.get("cells"), list):
-        raise Unusable("not a notebook (no list of cells)")
+    except bounded_json.Refused as exc:
+        raise Unusable(str(exc)) from None
+    skeleton, problems = clean_json(skeleton)
+    flags = [f"in the submitted file: {p}" for p in sorted(problems)]
     cells = []
-    for c in data["cells"]:
-        if not isinstance(c, dict) or c.get("cell_type") not in ("code", "markdown", "raw"):
-            raise Unusable("not a notebook (a cell without a valid cell_type)")
-        src = c.get("source", "")
-        if isinstance(src, list):
-            if not all(isinstance(s, str) for s in src):
-                raise Unusable("not a notebook (a cell's source is not text)")
-            src = "".join(src)
-        if not isinstance(src, str):
-            raise Unusable("not a notebook (a cell's source is not text)")
-        meta = c.get("metadata") if isinstance(c.get("metadata"), dict) else {}
-        if not isinstance(meta.get("nbgrader", {}), dict):
-            meta = {k: v for k, v in meta.items() if k != "nbgrader"}
-        if c["cell_type"] == "code":
-            cell = nbformat.v4.new_code_cell(src, metadata=meta)
-        elif c["cell_type"] == "markdown":
-            cell = nbformat.v4.new_markdown_cell(src, metadata=meta)
-        else:
-            cell = nbformat.v4.new_raw_cell(src, metadata=meta)
-        if isinstance(c.get("id"), str):
-            cell.id = c["id"]
+    for kind, cid, src, meta in skeleton["cells"]:
+        kept = safe_output.cell_metadata(meta)  # the allow-list's shapes (the keys were cut in the reader)
+        if "nbgrader" in meta and "nbgrader" not in kept and NBGRADER_REMOVED not in flags:
+            flags.append(NBGRADER_REMOVED)
+        cell = {"id": cid or random_cell_id(), "cell_type": kind, "metadata": kept, "source": src}
+        if kind == "code":
+            cell.update(outputs=[], execution_count=None)  # the grader runs the notebook again
         cells.append(cell)
-    meta = data.get("metadata") if isinstance(data.get("metadata"), dict) else {}
+    meta = {k: v for k, v in skeleton["metadata"].items() if isinstance(v, dict)}
     nb = nbformat.from_dict({"nbformat": 4, "nbformat_minor": 5, "metadata": meta, "cells": cells})
-    return nb, [f"in the submitted file: {p}" for p in sorted(problems)]
+    return nb, flags

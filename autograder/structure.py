@@ -17,6 +17,11 @@ tests included) and the submission:
 - cells without nbgrader metadata (the learner's own cells, narrative and demos) run where they stand,
   after the known cell that precedes them; nbgrader metadata with an unknown ``grade_id`` is removed and
   flagged (a learner cannot add a graded cell).
+
+It works on the notebook the intake made (already cut to what grading reads) and copies no learner cell
+deeply: each cell of the result is a new cell object holding the same (immutable) text and a metadata dict
+of its own, so what repair changes (ids, nbgrader metadata, outputs) never reaches the submission, and a
+submission costs its size once, not once more per step (issue 41, class 5).
 """
 from __future__ import annotations
 
@@ -37,6 +42,18 @@ HIDDEN_RE = re.compile(r"^[^\n]*BEGIN HIDDEN TESTS[^\n]*\n.*?^[^\n]*END HIDDEN T
 def load_submission(path: Path, chapter: str) -> nbformat.NotebookNode:
     """The submitted notebook (see :func:`autograder.intake.read_submission`, which also gives its flags)."""
     return read_submission(path, chapter)[0]
+
+
+def _cell(cell, metadata=None) -> nbformat.NotebookNode:
+    """A new cell with ``cell``'s fields (the text and other values shared: strings are immutable) and a
+    metadata dict of its own (``metadata``, else a one-level copy of ``cell``'s)."""
+    new = nbformat.NotebookNode(cell)
+    new.metadata = nbformat.NotebookNode(cell.get("metadata", {}) if metadata is None else metadata)
+    return new
+
+
+def _without_nbgrader(cell) -> nbformat.NotebookNode:
+    return _cell(cell, {k: v for k, v in cell.get("metadata", {}).items() if k != "nbgrader"})
 
 
 def _notebook(cells: list, metadata: dict) -> nbformat.NotebookNode:
@@ -97,9 +114,7 @@ def repair(submission: nbformat.NotebookNode, source: nbformat.NotebookNode,
             if gid in seen:
                 if _kind(known[gid]) == "solution":
                     flags.append(f"duplicated grade_id {gid}: the extra copy runs as an ordinary cell")
-                    free = copy.deepcopy(c)
-                    free.metadata.pop("nbgrader", None)
-                    segments.setdefault(anchor, []).append(free)
+                    segments.setdefault(anchor, []).append(_without_nbgrader(c))
                 else:
                     flags.append(f"duplicated grade_id {gid}: extra copy removed")
                 continue
@@ -107,9 +122,8 @@ def repair(submission: nbformat.NotebookNode, source: nbformat.NotebookNode,
             anchor = gid
             segments.setdefault(anchor, [])
             continue
-        free = copy.deepcopy(c)
+        free = _without_nbgrader(c) if meta else _cell(c)
         if meta:
-            free.metadata.pop("nbgrader", None)
             if gid is not None:
                 # the grade_id is the learner's text: never quoted in a flag (issue 41, class 7)
                 flags.append("a cell with a grade_id the chapter does not have: its nbgrader metadata was removed")
@@ -123,7 +137,7 @@ def repair(submission: nbformat.NotebookNode, source: nbformat.NotebookNode,
         meta_src = release_cells.get(gid, src)
         if kind == "solution":
             if gid in seen:
-                cell = copy.deepcopy(seen[gid])
+                cell = _cell(seen[gid])
                 if cell.cell_type != src.cell_type:
                     flags.append(f"solution cell {gid} was changed from {src.cell_type} to {cell.cell_type}; "
                                  f"it runs as {src.cell_type}")
@@ -133,8 +147,7 @@ def repair(submission: nbformat.NotebookNode, source: nbformat.NotebookNode,
             else:
                 flags.append(f"deleted solution cell {gid} (not restored: write your answer in it)")
         else:
-            restored = copy.deepcopy(src)
-            restored.metadata = copy.deepcopy(src.metadata)
+            restored = _cell(src, copy.deepcopy(src.metadata))  # the course's cell: small, and trusted
             if nbgrader_meta(meta_src):
                 restored.metadata["nbgrader"] = copy.deepcopy(nbgrader_meta(meta_src))
             if restored.cell_type == "code":

@@ -206,15 +206,16 @@ def test_intake_cleans_what_json_and_utf8_cannot_carry():
 def test_submissions_that_cannot_be_read_are_rejected_with_a_reason(tmp_path):
     chapter = "03_scoring_functions"
     path = tmp_path / f"{chapter}.ipynb"
-    for data, reason in ((b"[" * 100_000 + b"]" * 100_000, "nested deeper than Python can read"),
+    for data, reason in ((b"[" * 100_000 + b"]" * 100_000, "nested 100000 levels deep, deeper than the 64"),
                          ("{}".encode("utf-16"), "not UTF-8"), (b'{"cells": 3}', "not a notebook")):
         path.write_bytes(data)
         with pytest.raises(intake.Unusable, match=reason):
             intake.read_submission(path, chapter)
-    cell = {"cell_type": "code", "source": "x = '\ud800'", "metadata": {"deep": [[[[["x"]]]]]}, "outputs": []}
+    cell = {"cell_type": "code", "source": "x = '\ud800'", "metadata": {"deep": [[[[["x"]]]]], "tags": ["\ud800"]},
+            "outputs": []}
     path.write_text(json.dumps({"cells": [cell], "metadata": {}}))
     nb, flags = intake.read_submission(path, chapter)
-    assert nb.cells[0].source == "x = '\ufffd'"
+    assert nb.cells[0].source == "x = '\ufffd'" and dict(nb.cells[0].metadata) == {"tags": ["\ufffd"]}
     assert flags == [f"in the submitted file: {intake.NOT_UNICODE}"]
 
 

@@ -677,17 +677,21 @@ def _active_outputs(ctx: Ctx) -> nbformat.NotebookNode:
     return nb
 
 
-def _hostile_file(ctx: Ctx) -> bytes:
-    """The reference with a lone surrogate in a cell's source and metadata nested 600 levels deep."""
+def _hostile_file(ctx: Ctx, levels: int = 50) -> bytes:
+    """The reference with a lone surrogate in a cell's source and metadata nested ``levels`` deep."""
     nb = nbformat.from_dict(json.loads(json.dumps(reference(ctx))))
     cell = nb.cells[_index(nb, "scaled_dot_product_attention")]
     cell.source += "\n_note = '\ud800 half a character'\n"
     data = json.loads(json.dumps(nb))
     deep = "bottom"
-    for _ in range(600):
+    for _ in range(levels):
         deep = {"down": deep}
     data["metadata"]["deep"] = deep
     return json.dumps(data).encode("ascii")  # ensure_ascii writes the lone surrogate as \ud800
+
+
+# 5 MB of empty lists: 1.7 million values, about 140 MB once parsed (issue 41, class 5). Measured, never parsed.
+NODE_BOMB = b'{"cells": [], "metadata": {"x": [' + b"[]," * (5 * 2**20 // 3) + b"[]]}}"
 
 
 def _read_secrets(ctx: Ctx):
@@ -854,13 +858,19 @@ CASES = [
          lambda ctx: insert_after(reference(ctx), "setup", LONE_SURROGATE_OUTPUT),
          "graded", FULL, flags=("in the notebook's outputs: text that is not valid Unicode was replaced (U+FFFD)",),
          outputs_contain=("half a character: \\ufffd and more text",)),
-    Case("hostile_file", "the submitted file holds a lone surrogate in a cell's source and metadata nested 600 "
-         "levels deep: replaced and cut, flagged, graded", _hostile_file,
-         "graded", FULL, flags=("in the submitted file: data nested deeper than 100 levels was cut",
-                                "in the submitted file: text that is not valid Unicode was replaced (U+FFFD)")),
+    Case("hostile_file", "the submitted file holds a lone surrogate in a cell's source and metadata nested 50 "
+         "levels deep (within the budget, not on the allow-list): replaced, flagged, the metadata dropped, graded",
+         _hostile_file, "graded", FULL,
+         flags=("in the submitted file: text that is not valid Unicode was replaced (U+FFFD)",)),
+    Case("deep_file", "the reference with metadata nested 600 levels deep: refused, measured before it is parsed",
+         lambda ctx: _hostile_file(ctx, 600), "zero", 0.0,
+         reason="the file's JSON is nested 602 levels deep, deeper than the 64 a notebook may be"),
     Case("json_too_deep_to_read", "a file nested deeper than any JSON reader goes: rejected for this learner",
          lambda ctx: b"[" * 200_000 + b"]" * 200_000, "zero", 0.0,
-         reason="malformed JSON (nested deeper than Python can read)"),
+         reason="the file's JSON is nested 200000 levels deep, deeper than the 64 a notebook may be"),
+    Case("node_bomb", "5 MB of empty lists in the notebook's metadata: refused before it is parsed",
+         lambda ctx: NODE_BOMB, "zero", 0.0,
+         reason="the file holds 1747634 JSON values, more than the 500000 a notebook may hold"),
     Case("not_utf8", "a notebook saved in UTF-16", lambda ctx: json.dumps({"cells": []}).encode("utf-16"),
          "zero", 0.0, reason="malformed JSON (the file is not UTF-8 text)"),
     Case("forged_abort_frame", "a notebook that writes the kernel's own 'setup failed' frame, with terminal escape "
