@@ -39,11 +39,11 @@ def main(n: int = 500) -> None:
         learners.append((f"learner{i:04d}", src))
     notebooks = [(name, learner_notebook(release, src)) for name, src in learners]
     t0 = time.perf_counter()
-    ids = similarity.solution_ids(release)
-    subs = [similarity.Submission(name, similarity.solution_cells(nb, ids)).fingerprint() for name, nb in notebooks]
+    source, release = similarity.code_view(reference), similarity.code_view(release)
+    subs = [similarity.Submission.of(name, nb, source, release).fingerprint() for name, nb in notebooks]
     t1 = time.perf_counter()
-    starter = similarity.Submission("(release)", similarity.solution_cells(release, ids))
-    ref = similarity.Submission("(reference)", similarity.solution_cells(reference, ids))
+    starter = similarity.Submission.of("(release)", release, source, release, cap=None)
+    ref = similarity.Submission.of("(reference)", source, source, release, cap=None)
     pairs, matches = similarity.compare(subs, starter, ref)
     t2 = time.perf_counter()
     naive = 0

@@ -333,3 +333,18 @@ def query_weights(query, items, temperature=1.0):
 
 FUNCTIONS = {"softmax": SOFTMAX, "attention_pooling": POOLING, "saliency_weights": SALIENCY,
              "query_weights": QUERY}
+
+
+# Hostile cells for the scanner (tests/test_similarity.py, issue 41): the open strings of escaped quotes that drove
+# the old tokenizer and its regular-expression fallback quadratic, and the `a,` that cost 0.7 GB per megabyte.
+HOSTILE = {
+    "open string of escaped quotes": lambda n: 'y = f(x)\nprint("' + '\\"' * (n // 2),
+    "open triple-quoted string of escaped quotes": lambda n: 'y = f(x)\nprint("""' + '\\"' * (n // 2),
+    "a, repeated": lambda n: "a," * (n // 2),
+}
+
+
+def ordinary_code(size: int) -> str:
+    """``size`` characters of the corpus's solutions, repeated: the baseline a hostile cell is measured against."""
+    unit = "\n\n".join(v.strip() for variants in FUNCTIONS.values() for v in variants) + "\n"
+    return (unit * (size // len(unit) + 1))[:size]

@@ -2,18 +2,31 @@
 
 The threshold's justification is the margin these tests print: the lowest score of a disguised copy and the
 highest between independently written solutions (tests/similarity_corpus.py).
+
+The check reads learner files on the trusted side (issue 41, classes 1, 5 and 6), so it is also tested as
+hostile input: its scanner is linear in time and small in memory on the inputs that made the old tokenizer and
+its fallback quadratic; the stage runs in a child within budgets (autograder/similarity_stage.py) and a check
+past them is a line in similarity.csv, the class report and the output, never a stalled ``grade``; and it reads
+all the code grading runs from a learner, the learner's own cells included. These are class-level cases (they
+need a class to compare), so they live here and not in tests/hostile, whose corpus grades one notebook at a
+time through the engine and never runs the similarity check.
 """
 import ast
 import copy
+import csv
+import json
 import random
+import subprocess
+import sys
+import textwrap
 
 import nbformat
 import pytest
 import torch
 
-from autograder import similarity
+from autograder import similarity, similarity_stage
 from autograder.course import Course
-from tests.similarity_corpus import FUNCTIONS
+from tests.similarity_corpus import FUNCTIONS, HOSTILE, ordinary_code
 
 CHAPTER = "01_cognitive_attention"
 CELLS = {"softmax": ["softmax"], "attention_pooling": ["attention_pooling"],
@@ -184,8 +197,6 @@ def test_fingerprints_survive_what_winnowing_promises():
 def test_command_reads_the_submitted_layout_and_writes_the_csv(release, reference, tmp_path, capsys):
     """`python -m autograder similarity CHAPTER --course ROOT`: nbgrader's submitted/ layout in, the pairs out
     (printed and in grading/similarity.csv, formula-like ids neutralised); a symlinked notebook is skipped."""
-    import csv
-
     course = Course().copy_to(tmp_path / "course")
     submitted = course.grading / "submitted"
     work = {"=HYPERLINK(1)": independent(4), "copier": {g: disguise(s, random.Random(2))
@@ -239,3 +250,219 @@ def test_class_report_shows_pairs_side_by_side_in_chromium(release, reference, t
         [s[0] for s in sides] == ["copier", "<img src=x onerror='window.__pwned=2'>"]
     assert all(marks >= 3 and width > 200 for _, marks, width in sides), sides  # two readable columns, marked
     assert "of the shorter submission shared" in summary
+
+
+# -- the scanner: the same meaning, linear time, small memory ------------------------------------------------------
+@pytest.mark.unit
+def test_the_scanner_keeps_the_normalisation():
+    """Names become V and literals L; keywords, attribute names and keyword-argument names stay; comments,
+    docstrings and statements that do nothing are dropped (so inserting them changes nothing)."""
+    plain = textwrap.dedent('''
+        def softmax(x, dim=-1):
+            m = x.amax(dim=dim, keepdim=True)
+            return (x - m).exp() / 2.5
+        ''')
+    padded = textwrap.dedent('''
+        def softmax(values, dim=-1):  # my own idea
+            """Softmax."""
+            _unused = None
+            pass
+            peak = values.amax(dim=dim,
+                               keepdim=True)
+            'a bare string'
+            peak = peak
+            return (values - peak).exp() / 2.5
+        ''')
+    expected = ("def V ( V , V = - L ) : V = V . amax ( dim = V , keepdim = True ) ; "
+                "return ( V - V ) . exp ( ) / L ;").split()
+    assert similarity.normalise([plain]).texts() == expected
+    assert similarity.normalise([padded]).texts() == expected
+    tokens = similarity.normalise(["a = 1\nprint(a)\n", "b = f(x)\n"])
+    assert [tokens.where(i) for i in range(len(tokens))][:2] == [(0, 1), (0, 1)]
+    assert tokens.where(len(tokens) - 1) == (1, 1)
+
+
+SCAN_RATIO = 25  # a hostile cell may take at most this many times the CPU of ordinary code of the same size
+SCAN_BYTES_PER_CHAR = 64  # and grow the address space by at most this much per character (about 12 measured)
+_SCAN_PROBE = textwrap.dedent("""
+    import json, math, resource, sys, time
+    from autograder.similarity import fingerprints, normalise
+    from tests.similarity_corpus import HOSTILE, ordinary_code
+
+    size, kind, ratio, per_char = int(sys.argv[1]), sys.argv[2], float(sys.argv[3]), int(sys.argv[4])
+    ordinary, hostile = ordinary_code(size), HOSTILE[kind](size)
+    t0 = time.process_time()
+    fingerprints(normalise([ordinary]))
+    base = time.process_time() - t0
+    # The budget: `ratio` times the baseline just measured, at least a second (the kernel counts whole seconds);
+    # past it the kernel stops this process, so a quadratic scanner fails here instead of running for hours.
+    # Memory: the address space this process has now plus `per_char` bytes per character.
+    cpu = math.ceil(time.process_time() + max(1.0, ratio * base))
+    resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
+    with open("/proc/self/statm") as f:
+        now = int(f.read().split()[0]) * resource.getpagesize()
+    resource.setrlimit(resource.RLIMIT_AS, (now + per_char * size,) * 2)
+    t0 = time.process_time()
+    tokens = normalise([hostile])
+    found = fingerprints(tokens)
+    took = time.process_time() - t0
+    print(json.dumps({"base": base, "hostile": took, "tokens": len(tokens), "fingerprints": len(found)}))
+""")
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("size", [64 * 1024, 1_000_000], ids=["64KB", "1MB"])
+@pytest.mark.parametrize("kind", list(HOSTILE))
+def test_hostile_cells_are_normalised_in_linear_time_and_small_memory(kind, size):
+    """CPU time against ordinary code of the same size measured in the same process (never absolute seconds),
+    under a CPU limit of SCAN_RATIO times that baseline and an address-space limit of SCAN_BYTES_PER_CHAR per
+    character: the old scanner (Python's tokenizer, then a backtracking regex) took 50 s on the 64 KB string
+    cells and hours on 1 MB, and 0.7 GB for 1 MB of ``a,``."""
+    done = subprocess.run([sys.executable, "-c", _SCAN_PROBE, str(size), kind, str(SCAN_RATIO),
+                           str(SCAN_BYTES_PER_CHAR)], cwd=Course().root,
+                          capture_output=True, text=True, timeout=1800)
+    assert done.returncode == 0, (f"stopped (rc {done.returncode}: -24 is the CPU limit, MemoryError the memory "
+                                  f"limit): {done.stderr[-800:]}")
+    seen = json.loads(done.stdout)
+    assert seen["hostile"] <= SCAN_RATIO * max(seen["base"], 0.01), seen
+
+
+@pytest.mark.unit
+def test_every_character_is_scanned_once():
+    """The scanner's matches tile the text: each character is consumed by exactly one match, in order, so the
+    number of steps is at most the number of characters, whatever they are."""
+    text = ordinary_code(4000) + HOSTILE["open string of escaped quotes"](2000) + "\n'''x\\'''' \x00\u2028$?`" \
+        + HOSTILE["a, repeated"](200) + 'rb"\\\n"' + "(((" + "\r\n\\\n#"
+    at = 0
+    for m in similarity.TOKEN.finditer(text.replace("\r\n", "\n")):
+        assert m.start() == at and m.end() > at
+        at = m.end()
+    assert at == len(text.replace("\r\n", "\n"))
+
+
+# -- all the code grading runs is compared -------------------------------------------------------------------------
+def moved_into_own_cells(release_nb, sources: dict[str, str]):
+    """The release with its solution cells left as released (the stubs) and, after each, a cell of the learner's
+    own (no nbgrader metadata) that defines the functions again: grading runs it, so it scores as the code."""
+    nb = copy.deepcopy(release_nb)
+    cells = []
+    for cell in nb.cells:
+        cells.append(cell)
+        gid = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+        if gid in sources:
+            cells.append(nbformat.v4.new_code_cell(sources[gid]))
+    nb.cells = cells
+    return nb
+
+
+@pytest.mark.unit
+def test_code_moved_into_the_learners_own_cells_is_compared(release, reference):
+    """Plagiarism moved out of the solution cells is found: the copier's own cells run, so they are compared.
+    The test cells grading restores from the course are not the learner's: two learners who write the same
+    text into them (grading never runs it) are not paired."""
+    learners = [(f"independent{i:02d}", learner_notebook(release, independent(i))) for i in range(10)]
+    learners.append(("mover", moved_into_own_cells(
+        release, {gid: disguise(src, random.Random(5)) for gid, src in independent(3).items()})))
+    padding = "\n".join(f"w{i} = torch.exp(w{i}).amax(dim={i}) * {i}" for i in range(60))
+    for name, variant in (("tester1", 10), ("tester2", 11)):
+        nb = learner_notebook(release, independent(variant))
+        for cell in nb.cells:
+            meta = cell.get("metadata", {}).get("nbgrader", {})
+            if meta.get("grade") and not meta.get("solution"):
+                cell.source = padding
+        learners.append((name, nb))
+    result = similarity.check_chapter(CHAPTER, learners, release, reference)
+    pairs = {frozenset((p.a.student, p.b.student)) for p in result.pairs}
+    assert frozenset(("independent03", "mover")) in pairs, pairs
+    assert frozenset(("tester1", "tester2")) not in pairs
+    page = similarity.side_by_side(next(p for p in result.pairs if "mover" in (p.a.student, p.b.student)))
+    assert "<mark>" in page and "(a code cell without grade_id)" in page  # the shared lines, shown where they are
+
+
+# -- the stage: a budgeted child, its failure a line -----------------------------------------------------------
+def _class(tmp_path, hostile: dict[str, str]):
+    """A course copy whose chapter 1 holds four independent learners, a disguised copy of one of them, and
+    ``hostile``: {student: code added at the end of the softmax cell}."""
+    course = Course().copy_to(tmp_path / "course")
+    release = nbformat.read(course.release_notebook(CHAPTER), as_version=4)
+    work = {f"honest{i}": independent(i) for i in range(4)}
+    work["copier"] = {g: disguise(s, random.Random(2)) for g, s in independent(1).items()}
+    for student, tail in hostile.items():
+        work[student] = dict(independent(6), softmax=independent(6)["softmax"] + "\n" + tail)
+    for student, sources in work.items():
+        folder = course.grading / "submitted" / student / CHAPTER
+        folder.mkdir(parents=True)
+        nbformat.write(learner_notebook(release, sources), folder / f"{CHAPTER}.ipynb")
+    return course
+
+
+ONE_MB_COMMAS = "a," * 500_000  # 1,000,000 characters: the intake's limit on one cell is 1 MiB
+
+
+@pytest.mark.unit
+def test_the_stage_runs_in_a_bounded_child_and_cuts_a_huge_cell(tmp_path):
+    """The check runs in a child that set its own RLIMIT_AS, RLIMIT_CPU and RLIMIT_FSIZE to the class's budget
+    before reading any learner file; a 1 MB cell of ``a,`` is read up to the cap and listed as cut (in the
+    CSV, the report's section and the output), and the class is compared as usual."""
+    course = _class(tmp_path, {"huge": ONE_MB_COMMAS})
+    stage = similarity.run(course, [CHAPTER])
+    assert stage.reason == ""
+    budget = stage.budget
+    assert budget == similarity_stage.Budget.for_class(6)
+    assert stage.limits["as"] == [budget.memory_bytes] * 2
+    assert stage.limits["cpu"] == [budget.cpu_s, budget.cpu_s + 1]
+    assert stage.limits["fsize"] == [budget.result_bytes] * 2
+    rows = list(csv.DictReader(open(course.grading / similarity.CSV_NAME, encoding="utf-8")))
+    assert [(r["kind"], {r["student_a"], r["student_b"]}) for r in rows if r["kind"] == "pair"] == [
+        ("pair", {"honest1", "copier"})]
+    cut = [r for r in rows if r["kind"] == "cut"]
+    assert [r["student_a"] for r in cut] == ["huge"]
+    assert f"{similarity.CODE_CAP:,}" in cut[0]["note"]
+    assert "huge (cut: compared its first" in stage.sections[0].html()
+    assert "1 cut at" in stage.line()
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("budget, says", [
+    (similarity_stage.Budget(cpu_s=1, memory_bytes=2 << 30, wall_s=1800), "stopped after its CPU budget of 1 s"),
+    (similarity_stage.Budget(cpu_s=1800, memory_bytes=2 << 30, wall_s=1), "stopped after its wall-clock budget"),
+    (similarity_stage.Budget(cpu_s=1800, memory_bytes=16 << 20, wall_s=1800),
+     "needed more than its memory budget of 16 MiB"),
+], ids=["cpu", "wall", "memory"])
+def test_a_check_past_its_budget_is_a_line_not_a_stall(tmp_path, budget, says, capsys):
+    """Twelve learners whose cells of ``a,`` (1 MB, read to the cap) need several CPU seconds of normalising:
+    past a CPU budget of 1 s, a wall clock of 1 s (the CPU it needs is a lower bound of its wall time, so
+    neither races a clock), or an address space smaller than the data it reads, the child is stopped and the
+    stage ends with its reason, in the CSV, in the class report's section and in the command's output."""
+    course = _class(tmp_path, {f"huge{i:02d}": ONE_MB_COMMAS for i in range(12)})
+    stage = similarity.run(course, [CHAPTER], budget=budget)
+    assert says in stage.reason and "no submissions were compared" in stage.reason
+    rows = list(csv.DictReader(open(course.grading / similarity.CSV_NAME, encoding="utf-8")))
+    assert [(r["kind"], r["note"]) for r in rows] == [("stopped", stage.reason)]
+    assert "The check did not finish" in stage.sections[0].html() and says in stage.sections[0].html()
+    assert stage.line().startswith("similarity: the check stopped") and says in stage.line()
+    from autograder.report import render
+
+    assert "The check did not finish" in render(course, [], None, stage.sections)
+
+
+@pytest.mark.sandbox  # a `grade` run with the stub engine (tests/stub_engine.py): an integration test
+@pytest.mark.timeout(600)
+def test_grade_goes_on_when_the_check_stops(tmp_path, monkeypatch):
+    """`grade` with the stage's memory budget below what its child needs to start: every notebook is graded, the
+    run ends as usual, and the check's failure is a line of grade's output and of the class report."""
+    from autograder.batch import grade
+    from autograder.report import REPORT_NAME
+
+    course = _class(tmp_path, {})
+    monkeypatch.setenv("AUTOGRADER_ENGINE", "tests.stub_engine")
+    monkeypatch.setattr(similarity_stage, "MEMORY_BASE_BYTES", 16 << 20)
+    monkeypatch.setattr(similarity_stage, "MEMORY_PER_NOTEBOOK_BYTES", 0)
+    lines: list[str] = []
+    summary = grade(course, [CHAPTER], workers=1, progress=False, log=lines.append)
+    assert summary.graded == 5 and not summary.failures, lines
+    said = [line for line in lines if line.startswith("similarity: ")]
+    assert len(said) == 1 and "the check stopped: it needed more than its memory budget of 16 MiB" in said[0], lines
+    assert "The check did not finish" in (course.grading / "reports" / REPORT_NAME).read_text(encoding="utf-8")
+    rows = list(csv.DictReader(open(course.grading / similarity.CSV_NAME, encoding="utf-8")))
+    assert [r["kind"] for r in rows] == ["stopped"]
