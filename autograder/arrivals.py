@@ -15,7 +15,10 @@ time, and none of them says whose submission it is. What a learner cannot write 
   The time ``collect`` looked at the entry is an upper bound too (a ``ctime`` in the future, e.g. from a file
   server's clock, is cut to it). The arrival time is the smaller of the two, read *after* the entry was copied,
   so a change while it was being copied moves it later, never earlier. An entry with more than
-  :data:`learner_files.MAX_ENTRIES` entries is not copied past them; its time covers what was copied.
+  :data:`learner_files.MAX_ENTRIES` entries is not copied past them; its time covers what was copied. Only
+  what lies on the inbox's own filesystem counts: a filesystem a learner mounts inside their entry (FUSE,
+  through the setuid ``fusermount``) answers ``stat`` with whatever times it likes, so it is neither read
+  nor copied, and is flagged.
 - **The learner.** The account that owns the inbox entry (its ``st_uid``: the exchange's inbox is
   ``drwx-wx-wt``, an entry there is created by, and belongs to, the account that submitted it) is the
   submission's learner, whatever id the entry's name claims. A mismatch is flagged, and the submission is
@@ -270,6 +273,7 @@ def scan_inbox(inbound: Path, chapter: str) -> list[InboxEntry]:
     """The inbox entries of ``chapter`` (folders only: a symbolic link there is skipped, never followed)."""
     found = []
     try:
+        inbox_device = os.stat(inbound).st_dev
         entries = sorted(os.scandir(os.fsencode(inbound)), key=lambda e: e.name)
     except OSError as err:
         raise RuntimeError(f"cannot list the exchange's inbox {inbound}: {err.strerror}") from None
@@ -281,7 +285,7 @@ def scan_inbox(inbound: Path, chapter: str) -> list[InboxEntry]:
             st = os.lstat(entry.path)
         except OSError:
             continue
-        if not stat.S_ISDIR(st.st_mode):
+        if not stat.S_ISDIR(st.st_mode) or st.st_dev != inbox_device:  # a mount there answers stat as it likes
             continue
         name = learner_files.student_id(entry.name)[0]
         claimed_id = learner_files.student_id(parts[0])[0]
@@ -309,8 +313,11 @@ def choose(entries: list[InboxEntry]) -> dict[str, InboxEntry]:
 
 
 def latest_ctime(root: Path) -> tuple[float, int, bool]:
-    """(latest ``st_ctime`` over ``root`` and everything under it, entries seen, whether all were seen)."""
-    latest = os.lstat(root).st_ctime
+    """(latest ``st_ctime`` over ``root`` and everything under it, entries seen, whether all were seen). An
+    entry on another filesystem than ``root`` (a FUSE mount, whose server answers ``stat`` with any time it
+    likes) is not looked into; :func:`copy_entry` does not copy it."""
+    top = os.lstat(root)
+    latest = top.st_ctime
     seen, stack = 0, [root]
     while stack:
         current = stack.pop()
@@ -327,7 +334,7 @@ def latest_ctime(root: Path) -> tuple[float, int, bool]:
             except OSError:
                 continue
             latest = max(latest, st.st_ctime)
-            if stat.S_ISDIR(st.st_mode):
+            if stat.S_ISDIR(st.st_mode) and st.st_dev == top.st_dev:
                 stack.append(Path(entry.path))
     return latest, seen, True
 
@@ -337,6 +344,7 @@ def copy_entry(src: Path, dest: Path) -> list[str]:
     ``O_NOFOLLOW`` and bounded; returns flags for what was not copied."""
     flags, seen, total = [], 0, 0
     stack = [(src, dest)]
+    device = os.lstat(src).st_dev
     dest.mkdir(mode=0o700)
     while stack:
         current, target = stack.pop()
@@ -356,7 +364,9 @@ def copy_entry(src: Path, dest: Path) -> list[str]:
             except OSError:
                 continue
             out = target / entry.name
-            if stat.S_ISDIR(st.st_mode):
+            if st.st_dev != device:  # a mount inside the inbox: its times and files are whatever it says
+                flags.append("an entry of the inbox entry was not collected: another filesystem mounted there")
+            elif stat.S_ISDIR(st.st_mode):
                 out.mkdir(mode=0o700)
                 stack.append((Path(entry.path), out))
             elif stat.S_ISREG(st.st_mode):

@@ -449,3 +449,37 @@ def test_one_account_chooses_among_its_own_entries_only(tmp_path):
                               entry("bob+ch+3", "bob", "2026-11-21 10:00:00"),
                               entry("cy+ch+4", None, "2026-11-21 10:00:00")])  # no such account
     assert {owner: e.name for owner, e in chosen.items()} == {"ada": "ada+ch+1", "bob": "ada+ch+2"}
+
+
+@pytest.mark.unit
+def test_a_filesystem_mounted_in_the_inbox_entry_is_not_trusted(tmp_path, monkeypatch):
+    """A FUSE mount inside a learner's entry answers stat with any time it likes: neither read nor copied. (The
+    mount is simulated by its device number: mounting needs privileges a test machine may not give.)"""
+    import os
+    import time
+
+    from autograder import arrivals
+
+    entry = tmp_path / "entry"
+    (entry / "mounted").mkdir(parents=True)
+    (entry / "mounted" / "ch.ipynb").write_text("{}")
+    (entry / "ch.ipynb").write_text("{}")
+    real_lstat = os.lstat
+
+    class Mounted:  # another device, and a change time from long ago
+        def __init__(self, st):
+            self.st_dev, self.st_ctime, self._st = st.st_dev + 1, time.time() - 86400 * 30, st
+
+        def __getattr__(self, name):
+            return getattr(self._st, name)
+
+    def lstat(path, *args, **kwargs):
+        st = real_lstat(path, *args, **kwargs)
+        return Mounted(st) if os.fsdecode(path).endswith("/entry/mounted") else st
+
+    monkeypatch.setattr(arrivals.os, "lstat", lstat)
+    flags = arrivals.copy_entry(entry, tmp_path / "copy")
+    assert sorted(p.name for p in (tmp_path / "copy").iterdir()) == ["ch.ipynb"]
+    assert flags == ["an entry of the inbox entry was not collected: another filesystem mounted there"]
+    _, seen, complete = arrivals.latest_ctime(entry)
+    assert (seen, complete) == (2, True), "the mount itself is seen, nothing under it"

@@ -114,7 +114,10 @@ def test_a_term_through_the_exchange(tmp_path, learners, exchange):
         os.chown(path, pw.pw_uid, pw.pw_gid)
         learner(name, "submit", CHAPTER)
 
-    instructor("collect", CHAPTER)
+    # the course's collect: nbgrader's, with each submission's owner and arrival recorded (autograder/arrivals.py)
+    collected = _run([sys.executable, "-m", "autograder", "collect", CHAPTER, "--exchange", str(exchange)],
+                     env=child_env(), cwd=course.root)
+    assert "2 submission(s) collected" in collected, collected
     for name in learners:
         assert (course.grading / "submitted" / name / CHAPTER / f"{CHAPTER}.ipynb").is_file()
         assert (course.grading / "submitted" / name / CHAPTER / "timestamp.txt").is_file()
