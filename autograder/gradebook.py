@@ -352,9 +352,11 @@ class GradebookWriter:
         whether it is held (deadlines.held) and its recorded arrival time."""
         from sqlalchemy.orm import selectinload
 
-        # two queries in all, not two per submission (results() runs this for the whole class)
+        # a few queries in all, not some per submission (results() runs this for the whole class; the grades give
+        # the score deadlines.held needs)
         query = select(SubmittedAssignment).join(Assignment).options(
-            selectinload(SubmittedAssignment.notebooks), selectinload(SubmittedAssignment.assignment))
+            selectinload(SubmittedAssignment.notebooks).selectinload(SubmittedNotebook.grades),
+            selectinload(SubmittedAssignment.assignment))
         if chapters:
             query = query.where(Assignment.name.in_(chapters))
         out = {}
