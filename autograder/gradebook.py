@@ -39,7 +39,7 @@ from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 from attention_course.cells import grade_id, nbgrader_meta
 
 from . import new_gradebook
-from .deadlines import HELD, held
+from .deadlines import HELD
 from .results import GradingResult, Late
 
 # Must match c.CourseDirectory.course_id in autograder/nbgrader_config.py.
@@ -363,8 +363,11 @@ class GradebookWriter:
         for sub in self.session.execute(query).scalars():
             penalty = sum(float(n.late_submission_penalty or 0.0) for n in sub.notebooks)
             score = sum(_grade_score(g) for n in sub.notebooks for g in n.grades)
+            # seconds late as nbgrader's total_seconds_late counts them (which fails on an extension without a
+            # due date); the points lost are the recorded ones
+            late = self.policy.lateness(sub.student_id, score, sub.timestamp, sub.assignment.duedate, sub.extension)
             out[(sub.student_id, sub.assignment.name)] = Late(
-                float(sub.total_seconds_late), penalty, held=held(sub.assignment.duedate, sub.timestamp, score),
+                late.seconds_late, penalty, held=late.held,
                 arrived=f"{sub.timestamp:%Y-%m-%d %H:%M:%S} UTC" if sub.timestamp else "")
         return out
 
@@ -372,6 +375,9 @@ class GradebookWriter:
         """Recompute every recorded penalty of ``chapter`` (after its due date or an extension changed)."""
         def action():
             s, changed = self.session, 0
+            # flagged as grading left it (our row's flags), plus held: a hold the change lifts unflags it
+            flagged = {st: flags not in (None, "", "[]") for st, flags in s.execute(
+                select(RESULTS.c.student, RESULTS.c.flags).where(RESULTS.c.chapter == chapter))}
             for sub in s.execute(select(SubmittedAssignment).join(Assignment)
                                  .where(Assignment.name == chapter)).scalars():
                 for subnb in sub.notebooks:
@@ -380,7 +386,7 @@ class GradebookWriter:
                                                 sub.extension)
                     changed += (subnb.late_submission_penalty or 0.0) != (late.penalty or 0.0)
                     subnb.late_submission_penalty = late.penalty
-                    subnb.flagged = subnb.flagged or late.held
+                    subnb.flagged = flagged.get(sub.student_id, bool(subnb.flagged)) or late.held
             s.commit()
             return changed
         return self._retry(action)

@@ -153,6 +153,16 @@ def test_writer_stores_penalties_and_exports_carry_them(tmp_path):
     with GradebookWriter(db, policy=policy) as w:
         assert w.reapply_penalties(ch) == 1
         assert {r["student"]: r["penalty"] for r in w.results([ch])}["bea"] == 0.0
+    with Gradebook(db, course_id=COURSE_ID) as gb:  # held shows in formgrader as flagged
+        assert [s.student_id for s in gb.assignment_submissions(ch) if any(n.flagged for n in s.notebooks)] == ["dan"]
+    # No due date any more: nothing is held, and the hold's flag goes with it.
+    with GradebookWriter(db, policy=policy) as w:
+        w.gb.find_assignment(ch).duedate = None
+        w.gb.db.commit()
+        assert w.reapply_penalties(ch) == 1
+        assert not [r for r in w.results([ch]) if r.late.held or r.penalty]
+    with Gradebook(db, course_id=COURSE_ID) as gb:
+        assert not [s.student_id for s in gb.assignment_submissions(ch) if any(n.flagged for n in s.notebooks)]
 
 
 @pytest.mark.unit
