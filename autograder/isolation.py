@@ -89,6 +89,9 @@ class Limits:
     max_output_mb: float = 5
     scratch_mb: int = 64  # the kernel's private /scratch (a tmpfs, counted in memory_mb)
     cpus: float = 1.0  # CPU quota per sandbox (cgroup cpu controller, where present)
+    # may the kernel start processes and programs? A memory budget's job may not (memory_budget.limits_for):
+    # seccomp refuses fork, exec and clone without CLONE_THREAD there (autograder/sandbox/policy.py)
+    processes: bool = True
     # how, not how much, but it travels the same way (local workers, Dask workers, the resume key)
     isolation: str = "auto"  # auto (strongest reachable) | root | user | process: see docs/isolation.md
     require: str = ""  # refuse to grade below this level
@@ -470,6 +473,7 @@ class Engine:
             if job_report.get("status") == "error":
                 raise GraderError(job_report.get("reason", "sandbox error"))
             notes[gid] = {"budget": budget,
+                          "refused": memory_budget.refused_a_process(job_report, job_cells[-1]["index"]),
                           "note": memory_budget.merge(report, job_cells[-1]["index"], budget, job_report)}
         return report, notes
 
@@ -604,7 +608,8 @@ def _add_budget_notes(decided: list[CellResult], notes: dict[str, dict]) -> list
             if info["note"]:  # the job was stopped: its checks never ran, and this is the only thing to say
                 cell = dataclasses.replace(cell, messages=(info["note"],))
             else:
-                cell = dataclasses.replace(cell, messages=(memory_budget.note(info["budget"]), *cell.messages))
+                cell = dataclasses.replace(cell, messages=(memory_budget.note(info["budget"], info["refused"]),
+                                                           *cell.messages))
         out.append(cell)
     return out
 

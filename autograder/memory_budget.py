@@ -27,6 +27,12 @@ is not.
 
 This module owns the metadata key, how a budget job is planned from a notebook's cells and how its report
 is folded back into the notebook's report. The engine owns running jobs.
+
+A budget's job may start no process and no program (``Limits.processes`` is False in :func:`limits_for`; the
+sandbox's seccomp filter refuses ``fork``, ``vfork``, ``clone`` without ``CLONE_THREAD``, ``execve`` and
+``execveat``, at every level): an rlimit holds per process, so without this a fresh Python or a fork would compute
+what the budget forbids under a budget of its own (issue 41). The attempt fails in the cell with a
+``PermissionError``, and the cell's feedback says processes cannot be started there.
 """
 from __future__ import annotations
 
@@ -64,8 +70,9 @@ def budgets(nb) -> dict[str, dict]:
 
 
 def limits_for(limits, mb: float):
-    """The notebook's limits with the memory limit lowered to the budget (a budget never raises it)."""
-    return replace(limits, memory_mb=int(min(float(limits.memory_mb), mb)))
+    """The notebook's limits with the memory limit lowered to the budget (a budget never raises it), in a job
+    that may start no process or program (``processes=False``: a child would have a budget of its own)."""
+    return replace(limits, memory_mb=int(min(float(limits.memory_mb), mb)), processes=False)
 
 
 def plan(nb, cells: list[dict], budget_ids: dict[str, dict]) -> tuple[list[dict], list[tuple[str, dict, list[dict]]]]:
@@ -102,8 +109,21 @@ def merge(report: dict, index: int, budget: dict, job_report: dict) -> str | Non
     return f"this test {what}" + (f": {budget['hint']}" if budget["hint"] else "")
 
 
-def note(budget: dict) -> str:
+def refused_a_process(job_report: dict, index: int) -> bool:
+    """Did the budget cell at ``index`` stop on a process or program the job's seccomp filter refused (a
+    ``PermissionError`` with EPERM)? Read from the kernel's report, which the learner's code can forge: it only
+    chooses which of two fixed lines the learner is shown (:func:`note`)."""
+    cell = (job_report.get("cells") or {}).get(str(index))
+    outputs = cell.get("outputs") if isinstance(cell, dict) else None
+    return any(isinstance(o, dict) and o.get("output_type") == "error" and o.get("ename") == "PermissionError"
+               and "[Errno 1]" in str(o.get("evalue", "")) for o in (outputs if isinstance(outputs, list) else ()))
+
+
+def note(budget: dict, refused: bool = False) -> str:
     """The feedback line of a budget cell that lost its points while its job finished (an allocation over the
-    budget raises inside the kernel where there is no cgroup)."""
+    budget raises inside the kernel where there is no cgroup; a new process or program is refused at every
+    level: ``refused``, :func:`refused_a_process`)."""
     return (f"this test runs under a memory budget of {budget['mb']:g} MiB"
+            + (", in one process: it cannot start processes or programs (the notebook tried, and was refused)"
+               if refused else "")
             + (f": {budget['hint']}" if budget["hint"] else ""))

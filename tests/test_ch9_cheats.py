@@ -7,13 +7,32 @@ enforces: autograder/memory_budget.py); PyTorch's fused attention reached under 
 Each notebook is the reference with solution cells extended or replaced (as in tests/test_ch8_cheats.py). The
 chapter's hidden tests change under their own owner, so these tests assert that the cheat loses points in the
 cells it targets, not exact scores.
+
+Where there is no cgroup (the user and process levels as an ordinary account) a memory budget is an rlimit, which
+holds per process: a tiled_attention that computed the whole score table in another process kept every point there
+(issue 41). A budget's job may start no process and no program now, at every level (seccomp): the cheats that hand
+Q, K and V to a fresh Python or to a fork lose the budget cells' points at the root, user and process levels, as
+root and as an ordinary account (tests/test_unprivileged.py's throwaway account runs this module as
+``python -m tests.test_ch9_cheats COURSE LEVEL OUT.json``), and the reference keeps full marks at each.
 """
 from __future__ import annotations
 
+import json
+import os
+import sys
+from pathlib import Path
+
 import pytest
 
-from .cheats import grade_cheat
+from autograder import submissions
+from autograder.course import Course
+from autograder.isolation import Engine, Limits
+from autograder.results import GradingResult
+
+from .cheats import cheat_notebook, grade_cheat
 from .conftest import course_with_engine
+from .test_isolation import _course_copy
+from .test_unprivileged import Account, _course_for
 
 pytestmark = pytest.mark.sandbox
 
@@ -114,3 +133,197 @@ def test_fused_attention_under_a_runtime_name_loses_the_memory_points(engine):
     if result.status != "graded" or result.cell("test_tiled_memory_hidden") is None:  # not the expected failure
         pytest.fail(f"the cheat was not graded: {result.status} {result.reason}")
     assert result.cell("test_tiled_memory_hidden").score == 0
+
+
+# -- the budget beaten by another process (issue 41) ------------------------------------------------------------
+
+# The whole (Tq, Tk) table of each batch entry, softmaxed in place: numpy only (a fresh Python needs no torch, and a
+# fork that has unmapped torch's library still runs it). Top-left causal, as the chapter's.
+WHOLE_TABLE = '''
+def _whole_table(q, k, v, causal):
+    import numpy as np
+
+    outs, lses = [], []
+    for b in range(q.shape[0]):
+        s = q[b] @ k[b].T  # (Tq, Tk): 256 MiB of float32 scores at the budget's sizes
+        s *= np.float32(1 / np.sqrt(q.shape[-1]))
+        if causal:
+            for i in range(min(s.shape[0], s.shape[1] - 1)):
+                s[i, i + 1:] = -np.inf
+        m = s.max(axis=1, keepdims=True)
+        s -= m
+        np.exp(s, out=s)
+        total = s.sum(axis=1, keepdims=True, dtype=np.float64).astype(np.float32)
+        outs.append((s @ v[b]) / total)
+        lses.append((np.log(total) + m)[:, 0])
+    return np.stack(outs).astype(np.float32), np.stack(lses).astype(np.float32)
+'''
+
+# Below the budget's sizes the reference's own tiling (every value check passes); at them, the whole table in
+# another process, whose memory an rlimit does not count.
+AT_THE_BUDGET_SIZES = '''
+_tiled_by_the_book = tiled_attention
+
+
+def tiled_attention(queries, keys, values, block_size=64, causal=False):
+    Tq, Tk = queries.shape[-2], keys.shape[-2]
+    if Tq * Tk < 2 ** 24:
+        return _tiled_by_the_book(queries, keys, values, block_size=block_size, causal=causal)
+    lead, dv = queries.shape[:-2], values.shape[-1]
+    q, k, v = (t.detach().reshape(-1, *t.shape[-2:]).contiguous().numpy() for t in (queries, keys, values))
+    out, lse = _elsewhere(q, k, v, causal)
+    return torch.from_numpy(out).reshape(*lead, Tq, dv), torch.from_numpy(lse).reshape(*lead, Tq)
+'''
+
+# (a) a fresh Python (subprocess.run with sys.executable); Q, K and V through files in the scratch folder
+CHILD_PYTHON = '''
+import subprocess as _subprocess
+import sys as _sys
+import tempfile as _tempfile
+
+import numpy as _np
+
+_CHILD = """
+import sys
+import numpy as np
+""" + _WHOLE_TABLE_SOURCE + """
+folder, causal = sys.argv[1], sys.argv[2] == "1"
+q, k, v = (np.load(f"{folder}/{n}.npy") for n in "qkv")
+out, lse = _whole_table(q, k, v, causal)
+np.save(f"{folder}/out.npy", out)
+np.save(f"{folder}/lse.npy", lse)
+"""
+
+
+def _elsewhere(q, k, v, causal):
+    folder = _tempfile.mkdtemp()
+    for name, a in zip("qkv", (q, k, v)):
+        _np.save(f"{folder}/{name}.npy", a)
+    _subprocess.run([_sys.executable, "-c", _CHILD, folder, "1" if causal else "0"], check=True)
+    return _np.load(f"{folder}/out.npy"), _np.load(f"{folder}/lse.npy")
+'''.replace("_WHOLE_TABLE_SOURCE", repr(WHOLE_TABLE)) + AT_THE_BUDGET_SIZES
+
+# (b) os.fork: the child unmaps torch's library (a third of the kernel's address space, which RLIMIT_AS counts and
+# numpy never calls), builds the whole table in numpy and sends the result back through a pipe
+FORKED = WHOLE_TABLE + '''
+import ctypes as _ctypes
+import gc as _gc
+import os as _os
+
+import numpy as _np
+
+
+def _unmap_torch():
+    munmap = _ctypes.CDLL(None).munmap
+    munmap.argtypes = [_ctypes.c_void_p, _ctypes.c_size_t]
+    with open("/proc/self/maps") as fh:
+        spans = [line.split()[0] for line in fh if line.rstrip().endswith("libtorch_cpu.so")]
+    for span in spans:
+        start, end = (int(x, 16) for x in span.split("-"))
+        munmap(start, end - start)
+
+
+def _elsewhere(q, k, v, causal):
+    r, w = _os.pipe()
+    pid = _os.fork()
+    if pid == 0:
+        try:
+            _gc.disable()
+            _os.close(r)
+            _unmap_torch()
+            out, lse = _whole_table(q, k, v, causal)
+            view = memoryview(out.tobytes() + lse.tobytes())
+            while view:
+                view = view[_os.write(w, view):]
+        finally:
+            _os._exit(0)
+    _os.close(w)
+    chunks = []
+    while True:
+        chunk = _os.read(r, 1 << 20)
+        if not chunk:
+            break
+        chunks.append(chunk)
+    _os.close(r)
+    _os.waitpid(pid, 0)
+    raw = b"".join(chunks)
+    cut = q.shape[0] * q.shape[1] * v.shape[-1] * 4
+    out = _np.frombuffer(raw[:cut], dtype=_np.float32).reshape(q.shape[0], q.shape[1], v.shape[-1])
+    return out.copy(), _np.frombuffer(raw[cut:], dtype=_np.float32).reshape(q.shape[0], q.shape[1]).copy()
+''' + AT_THE_BUDGET_SIZES
+
+ANOTHER_PROCESS = {"child-python": CHILD_PYTHON, "fork": FORKED}
+# flash_attention's forward pass is the learner's tiled_attention: the cheat reaches its budget cell too
+BUDGET_CELLS = ("test_tiled_memory_hidden", "test_flash_memory_hidden")
+REFUSED = "cannot start processes or programs"  # what a budget cell's feedback says then (memory_budget.note)
+
+
+def grade_another_process(course_root: Path, level: str) -> dict:
+    """The reference and each ANOTHER_PROCESS cheat, written into ``course_root`` and graded by one Engine at
+    ``level``: ``{"isolation": ..., "results": {name: result as JSON}}`` (what ``__main__`` writes)."""
+    course = Course(course_root)
+    notebooks = {"reference": submissions.reference(course, CHAPTER)}
+    notebooks |= {name: cheat_notebook(course, CHAPTER, {"+tiled_attention": code})
+                  for name, code in ANOTHER_PROCESS.items()}
+    with Engine(course.root, Limits(cell_timeout_s=120, notebook_timeout_s=300, memory_mb=2048,
+                                    isolation=level)) as engine:
+        results = {}
+        for name, nb in notebooks.items():
+            path = submissions.write_submission(course, f"process-{name}", CHAPTER, nb)
+            results[name] = engine.grade(CHAPTER, path, f"process-{name}").to_json(notebook=False)
+        return {"isolation": engine.isolation, "results": results}
+
+
+def _as_root(level: str, tmp_path_factory) -> dict:
+    return grade_another_process(_course_copy(tmp_path_factory.mktemp(f"ch9-{level}")).root, level)
+
+
+def _as_an_ordinary_account(level: str) -> dict:
+    if os.geteuid() != 0:
+        pytest.fail("grading as an ordinary account needs root to create the account (useradd, su)")
+    account = Account()
+    try:
+        course = _course_for(account, f"ch9-{level}")
+        out = account.home / f"ch9-{level}.json"
+        done = account.run(f"{sys.executable} -m tests.test_ch9_cheats {course.root} {level} {out}", timeout=1200)
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        return json.loads(out.read_text())
+    finally:
+        account.remove()
+
+
+# (level, who): the levels this machine reaches as root (each with a cgroup), and as an ordinary account (rlimits)
+SETTINGS = (("root", "root"), ("user", "root"), ("process", "root"), ("user", "account"), ("process", "account"))
+
+
+@pytest.fixture(scope="module", params=SETTINGS, ids=[f"{level}-as-{who}" for level, who in SETTINGS])
+def another_process(request, tmp_path_factory):
+    level, who = request.param
+    graded = _as_root(level, tmp_path_factory) if who == "root" else _as_an_ordinary_account(level)
+    assert graded["isolation"]["level"] == level, graded["isolation"]
+    assert (graded["isolation"]["cgroup"] == "none") == (who == "account"), graded["isolation"]
+    return {name: GradingResult.from_json(r) for name, r in graded["results"].items()}
+
+
+@pytest.mark.timeout(1500)
+def test_the_reference_keeps_full_marks_where_no_process_may_start(another_process):
+    ref = another_process["reference"]
+    assert ref.status == "graded", ref.reason
+    assert ref.score == ref.max_score, [(c.grade_id, c.messages) for c in ref.cells if not c.passed]
+
+
+@pytest.mark.timeout(1500)
+@pytest.mark.parametrize("cheat", sorted(ANOTHER_PROCESS))
+def test_the_whole_table_in_another_process_loses_the_budget_points(another_process, cheat):
+    result = another_process[cheat]
+    assert result.status == "graded", result.reason
+    kept = {gid: result.cell(gid).score for gid in BUDGET_CELLS if result.cell(gid).score > 0}
+    assert not kept, f"{cheat} kept points in {kept}"
+    tiled = result.cell("test_tiled_memory_hidden")
+    assert any(REFUSED in m for m in tiled.messages), tiled.messages
+    others = {c.grade_id for c in result.cells if not c.passed} - set(BUDGET_CELLS)
+    assert not others, f"{cheat} lost points outside the budget cells: {others}"
+
+
+if __name__ == "__main__":  # as a throwaway ordinary account: python -m tests.test_ch9_cheats COURSE LEVEL OUT.json
+    Path(sys.argv[3]).write_text(json.dumps(grade_another_process(Path(sys.argv[1]), sys.argv[2])))

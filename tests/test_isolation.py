@@ -820,3 +820,83 @@ def test_a_forged_warm_list_reaches_the_zygote_only_as_names_it_owns():
             os.close(w)
     assert sent[:1] == b"w" and decode(sent[1 + 4:]) == ["sympy"], sent
     assert engine._warm == {"sympy"} and set(engine._warm) <= set(WARM_UPS)
+
+
+
+_PROCESS_PROBE = r"""
+import json, os, subprocess, sys, threading
+from autograder.sandbox import seccomp
+
+seccomp.load(refuse_processes=sys.argv[1] == "refuse")
+out = {}
+for name, start in (("fork", os.fork), ("subprocess", lambda: subprocess.run([sys.executable, "-c", "pass"]).returncode),
+                    ("posix_spawn", lambda: os.posix_spawn(sys.executable, [sys.executable, "-c", "pass"], {}))):
+    try:
+        pid = start()
+    except PermissionError as exc:
+        out[name] = f"refused: errno {exc.errno}"
+        continue
+    if name == "fork" and pid == 0:
+        os._exit(0)
+    if name != "subprocess":
+        os.waitpid(pid, 0)
+    out[name] = "started"
+ran = []
+thread = threading.Thread(target=ran.append, args=("ran",))
+thread.start()
+thread.join()
+out["thread"] = ran[0] if ran else "did not run"
+if sys.argv[1] == "refuse":
+    try:
+        os.execv(sys.executable, [sys.executable, "-c", "pass"])
+    except PermissionError as exc:
+        out["exec"] = f"refused: errno {exc.errno}"
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.unit
+@pytest.mark.timeout(60)
+def test_a_job_that_may_start_no_process_has_fork_and_exec_refused_and_keeps_its_threads():
+    """Issue 41: without a cgroup a memory budget is RLIMIT_AS, which holds per process, so a budget's job may start
+    no process and no program (a fresh Python or a fork had a budget of its own). Threads still start (torch uses
+    them): clone with CLONE_THREAD is allowed, clone without it refused, clone3 answers ENOSYS (glibc falls back)."""
+    import subprocess
+    import sys
+
+    def probe(mode: str) -> dict:
+        done = subprocess.run([sys.executable, "-c", _PROCESS_PROBE, mode], capture_output=True, text=True,
+                              timeout=50, cwd=str(COURSE.root))
+        assert done.returncode == 0, done.stderr[-2000:]
+        return json.loads(done.stdout)
+
+    refused = "refused: errno 1"  # EPERM: an ordinary PermissionError in the learner's cell
+    assert probe("refuse") == {"fork": refused, "subprocess": refused, "posix_spawn": refused, "thread": "ran",
+                               "exec": refused}
+    assert probe("allow") == {"fork": "started", "subprocess": "started", "posix_spawn": "started", "thread": "ran"}
+
+
+@pytest.mark.unit
+@pytest.mark.timeout(60)
+def test_no_process_is_the_budget_jobs_limit_applied_by_the_seccomp_step():
+    from dataclasses import asdict
+    from types import SimpleNamespace
+
+    from autograder import memory_budget
+    from autograder.sandbox import jail, policy
+
+    budget_job = asdict(memory_budget.limits_for(Limits(), 64))
+    assert policy.seccomp_options(budget_job) == {"refuse_processes": True}
+    assert policy.seccomp_options(asdict(Limits())) == {"refuse_processes": False}
+    assert policy.seccomp_options({}) == {"refuse_processes": False}  # a job from before the field: processes allowed
+    for level in policy.LEVELS:
+        for root in (True, False):
+            for cgroup in (True, False):
+                steps = policy.for_level(level, root=root, cgroup=cgroup, landlock=True, seccomp=True).kernel_steps
+                assert "seccomp" in steps and "single_process" not in steps
+                # no seccomp: a cgroup still counts the whole tree; with neither, such a job is refused, never run
+                steps = policy.for_level(level, root=root, cgroup=cgroup, landlock=True, seccomp=False).kernel_steps
+                assert "seccomp" not in steps and ("single_process" in steps) == (not cgroup)
+    with pytest.raises(RuntimeError, match="may start no process"):
+        jail.single_process(SimpleNamespace(limits=budget_job))
+    jail.single_process(SimpleNamespace(limits=asdict(Limits())))  # any other job runs as before

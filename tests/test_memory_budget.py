@@ -1,6 +1,7 @@
 """Memory budgets (autograder/memory_budget.py): which cells have one, how a budget job is planned from a
 notebook's cells, and how its report is folded back. The kernel-enforced limit itself is exercised through the
-engine by chapter 9's catalogue (tests/test_catalogues.py: query-only tiling loses the memory cell)."""
+engine by chapter 9's catalogue (tests/test_catalogues.py: query-only tiling loses the memory cell), and for the whole
+process tree by tests/test_ch9_cheats.py (the score table computed in another process loses it at every level)."""
 from __future__ import annotations
 
 import nbformat
@@ -43,10 +44,12 @@ def test_plan_runs_a_budget_cell_alone_with_the_setup_and_solutions_before_it():
     assert [e["index"] for e in job] == [0, 1, 4]  # no demo, no other test, nothing after it
 
 
-def test_limits_for_lowers_the_memory_limit_only():
+def test_limits_for_lowers_the_memory_limit_and_refuses_new_processes():
     lowered = memory_budget.limits_for(Limits(memory_mb=2048, cell_timeout_s=30), 64)
     assert lowered.memory_mb == 64 and lowered.cell_timeout_s == 30
     assert memory_budget.limits_for(Limits(memory_mb=32), 64).memory_mb == 32
+    # an rlimit holds per process: a child would have a budget of its own (the seccomp step refuses it)
+    assert Limits().processes and not lowered.processes
 
 
 def test_merge_folds_outputs_back_and_names_a_stopped_job():
@@ -58,3 +61,22 @@ def test_merge_folds_outputs_back_and_names_a_stopped_job():
     note = memory_budget.merge(report, 4, {"mb": 64.0, "hint": "use tiles"}, killed)
     assert report["cells"]["4"]["outputs"] == []
     assert note == "this test went past its memory budget of 64 MiB and was stopped: use tiles"
+
+
+def test_a_refused_process_is_named_in_the_budget_cells_feedback():
+    budget = {"mb": 64.0, "hint": "use tiles"}
+    refused = {"status": "ok", "cells": {"4": {"outputs": [
+        {"output_type": "error", "ename": "PermissionError", "evalue": "[Errno 1] Operation not permitted"}]}}}
+    assert memory_budget.refused_a_process(refused, 4)
+    assert memory_budget.note(budget, True) == ("this test runs under a memory budget of 64 MiB, in one process: it "
+                                                "cannot start processes or programs (the notebook tried, and was "
+                                                "refused): use tiles")
+    assert memory_budget.note(budget) == "this test runs under a memory budget of 64 MiB: use tiles"
+    # a file the learner may not open (EACCES), another error, another cell, or no outputs at all: not a process
+    for report, index in (
+            ({"cells": {"4": {"outputs": [{"output_type": "error", "ename": "PermissionError",
+                                           "evalue": "[Errno 13] Permission denied: '/etc/shadow'"}]}}}, 4),
+            ({"cells": {"4": {"outputs": [{"output_type": "error", "ename": "ValueError", "evalue": "[Errno 1]"}]}}}, 4),
+            (refused, 5), ({"status": "zero", "cells": {}}, 4), ({"cells": {"4": {"outputs": "forged"}}}, 4),
+            ({"cells": {"4": ["forged"]}}, 4)):
+        assert not memory_budget.refused_a_process(report, index)

@@ -222,7 +222,14 @@ def landlock_enforce(j: Jail) -> None:
 
 
 def seccomp_filter(j: Jail) -> None:
-    seccomp.load()
+    seccomp.load(**policy.seccomp_options(j.limits))
+
+
+def single_process(j: Jail) -> None:
+    """No seccomp filter and no cgroup: a job that may start no process (a memory budget's) is not run."""
+    if policy.seccomp_options(j.limits)["refuse_processes"]:
+        raise RuntimeError("this job may start no process, and without a seccomp filter (libseccomp) or a cgroup "
+                           "nothing here can hold it to that")
 
 
 def environment(j: Jail) -> None:
@@ -239,7 +246,7 @@ STEPS = {"uid_slot": uid_slot, "cgroup": cgroup, "namespaces": namespaces, "user
          "root_filesystem": root_filesystem, "scratch_folder": scratch_folder, "subreaper": subreaper,
          "proc": proc, "chroot": chroot, "session": session, "descriptors": descriptors, "rlimits": rlimits,
          "slot_uid": slot_uid, "drop_capabilities": drop_capabilities, "no_new_privs": no_new_privs,
-         "landlock_rules": landlock_rules, "landlock": landlock_enforce, "seccomp": seccomp_filter,
+         "landlock_rules": landlock_rules, "landlock": landlock_enforce, "seccomp": seccomp_filter, "single_process": single_process,
          "environment": environment}
 
 

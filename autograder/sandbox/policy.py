@@ -22,6 +22,13 @@ strongest first (``LEVELS``):
 Without a memory cgroup the address space is capped by ``RLIMIT_AS`` (the zygote's size plus
 ``memory_mb``): the learner's allocation fails with MemoryError/RuntimeError instead of the kernel being
 killed. Without a pids cgroup ``RLIMIT_NPROC`` caps processes and threads: ``fork`` fails with EAGAIN.
+
+A job whose limits say ``processes: False`` (a memory budget's job: autograder/memory_budget.py) may start no
+process and no program, at every level: the seccomp step refuses them (:func:`seccomp_options`). An rlimit
+holds per process, so this is what makes ``RLIMIT_AS`` the budget of everything the job runs; a cgroup already
+counts the whole tree, and gets the same refusal so that a notebook behaves the same at every level. Where
+there is no seccomp filter and no cgroup, nothing could hold such a job to its budget: the
+``single_process`` step refuses to start it (the grader's failure, with that reason), never runs it unbounded.
 """
 from __future__ import annotations
 
@@ -114,6 +121,11 @@ def others_can_reach(path: str) -> bool:
     return True
 
 
+def seccomp_options(limits: dict) -> dict:
+    """The seccomp step's inputs for a job: ``refuse_processes`` where its limits say it may start no process."""
+    return {"refuse_processes": not limits.get("processes", True)}
+
+
 def for_level(level: str, root: bool, cgroup: bool, landlock: bool, seccomp: bool) -> Policy:
     """The policy of ``level`` for this account (root or not) and what this kernel offers.
 
@@ -122,7 +134,9 @@ def for_level(level: str, root: bool, cgroup: bool, landlock: bool, seccomp: boo
     Landlock is what keeps it to its paths."""
     if level not in LEVELS:
         raise ValueError(f"unknown isolation level {level!r}: one of {', '.join(LEVELS)}")
-    tail = (("no_new_privs",) + (("seccomp",) if seccomp else ()) + ("environment",))
+    # without seccomp or a cgroup, a job that may start no process cannot be held to that (policy docstring)
+    tail = (("no_new_privs",) + (("seccomp",) if seccomp else () if cgroup else ("single_process",))
+            + ("environment",))
     cg = ("cgroup",) if cgroup else ()
     if level == "root":
         return Policy(level, ("uid_slot", *cg, "namespaces", "root_filesystem"),

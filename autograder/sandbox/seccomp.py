@@ -17,6 +17,13 @@ What it refuses (EPERM, so learner code sees an ordinary ``PermissionError``):
   Nothing a notebook of this course imports uses it (torch and multiprocessing use POSIX shared memory,
   files under ``/dev/shm``).
 
+A job whose limits say it may start no process (a memory budget's: ``refuse_processes``, from
+:func:`.policy.seccomp_options`) also has every new process and every new program refused: ``fork``, ``vfork``,
+``clone`` without ``CLONE_THREAD`` (what glibc's ``fork``, ``posix_spawn`` and ``subprocess`` use), ``execve``
+and ``execveat``. Threads are still made (``clone`` with ``CLONE_THREAD``; torch uses them) and share the
+process's limits. An rlimit such as ``RLIMIT_AS`` is per process: without this, a child process (a fresh Python,
+or a fork) would have a budget of its own.
+
 ``clone3`` answers ENOSYS: its flags live in memory a filter cannot read, and ENOSYS makes glibc fall back to
 ``clone``, whose flags the filter does check. libseccomp resolves syscall names and the architecture (so the
 same code works on x86-64 and arm64); chosen over a hand-assembled BPF program for that reason, and over the
@@ -31,6 +38,7 @@ import errno
 
 ACT_ALLOW = 0x7FFF0000
 CMP_MASKED_EQ = 7
+CLONE_THREAD = 0x00010000
 NAMESPACE_FLAGS = (0x00020000, 0x04000000, 0x08000000, 0x10000000, 0x20000000, 0x40000000, 0x02000000,
                    0x00000080)  # NEWNS, NEWUTS, NEWIPC, NEWUSER, NEWPID, NEWNET, NEWCGROUP, NEWTIME
 
@@ -43,6 +51,10 @@ DENIED = ("socket", "ptrace", "process_vm_readv", "process_vm_writev", "pidfd_ge
           "keyctl", "add_key", "request_key", "init_module", "finit_module", "delete_module", "kexec_load",
           "kexec_file_load", "open_by_handle_at", "reboot", "swapon", "swapoff", "acct",
           *SYSV_IPC)
+
+
+# every way to a new process or a new program, where a job may start none (clone: without CLONE_THREAD, in build)
+PROCESSES = ("fork", "vfork", "execve", "execveat")
 
 
 def act_errno(code: int) -> int:
@@ -74,8 +86,9 @@ def available() -> bool:
     return _lib() is not None
 
 
-def build(denied=DENIED, refuse_namespaces: bool = True, lib=None):
-    """A libseccomp context holding the policy; the caller loads it (:func:`load`)."""
+def build(denied=DENIED, refuse_namespaces: bool = True, lib=None, refuse_processes: bool = False):
+    """A libseccomp context holding the policy; the caller loads it (:func:`load`). ``refuse_processes``: no new
+    process and no new program either (:data:`PROCESSES`, and ``clone`` without ``CLONE_THREAD``)."""
     lib = lib or _lib()
     if lib is None:
         raise OSError(errno.ENOENT, "libseccomp is not installed")
@@ -97,13 +110,19 @@ def build(denied=DENIED, refuse_namespaces: bool = True, lib=None):
     if refuse_namespaces:
         for flag in NAMESPACE_FLAGS:
             rule(act_errno(errno.EPERM), "clone", [_ArgCmp(0, CMP_MASKED_EQ, flag, flag)])
+    if refuse_namespaces or refuse_processes:
         rule(act_errno(errno.ENOSYS), "clone3")
+    if refuse_processes:
+        for name in PROCESSES:
+            rule(act_errno(errno.EPERM), name)
+        # (flags & CLONE_THREAD) == 0: a new process, whatever else it shares; a thread stays in this one
+        rule(act_errno(errno.EPERM), "clone", [_ArgCmp(0, CMP_MASKED_EQ, CLONE_THREAD, 0)])
     return lib, ctx
 
 
-def load(denied=DENIED, refuse_namespaces: bool = True) -> None:
+def load(denied=DENIED, refuse_namespaces: bool = True, refuse_processes: bool = False) -> None:
     """Install the filter on this thread (and everything it starts). Sets no_new_privs itself."""
-    lib, ctx = build(denied, refuse_namespaces)
+    lib, ctx = build(denied, refuse_namespaces, refuse_processes=refuse_processes)
     try:
         ret = lib.seccomp_load(ctx)
         if ret < 0:
