@@ -414,10 +414,19 @@ def hidden_runs(source_nb, public) -> HiddenRuns:
     return HiddenRuns(runs, max((len(line) for run in runs for line in run), default=0))
 
 
+# A line that can be in a run: at least MIN_LINE_CHARS long as written (normalising only shortens a line) and not
+# blank. Found by the regex engine, which skips every shorter line in C: a cell of millions of short lines costs
+# one scan and no list of its lines. A non-blank line between two long ones breaks a run (_NON_SPACE).
+_LONG_LINE = re.compile(r"^(?=[^\n]{%d})[^\n]*\S[^\n]*" % MIN_LINE_CHARS, re.M)
+_NON_SPACE = re.compile(r"\S")
+
+
 def copied_hidden_run(sources, hidden: HiddenRuns) -> str | None:
     """The grade_id of the test cell whose hidden run a submitted notebook's cell holds (``sources``: the cells'
-    source texts), or None. Linear in the text: lines longer than any hidden line are not normalised, and each
-    cell's lines are looked up RUN_LINES at a time."""
+    source texts), or None. Linear in the text and, besides it, in memory for one line and the last RUN_LINES
+    normal lines: a line longer than any hidden line (indentation allowed for) is not normalised. A 50 MB cell
+    of 17 million two-character lines: 0.35 s and no memory beyond the text (splitting it into a list of
+    lines took 4 s and 1.3 GB)."""
     if not hidden:
         return None
     firsts = {run[0] for run in hidden.runs}
@@ -425,14 +434,17 @@ def copied_hidden_run(sources, hidden: HiddenRuns) -> str | None:
     for src in sources:
         if not isinstance(src, str):
             continue
-        lines = []
-        for raw in src.split("\n"):
-            if not raw.strip():
-                continue
-            lines.append(normal_line(raw) if len(raw) <= limit else None)  # None: too long to be a hidden line
-        for i in range(len(lines) - RUN_LINES + 1):
-            if lines[i] in firsts:
-                gid = hidden.runs.get(tuple(lines[i:i + RUN_LINES]))
+        window: list[str | None] = []
+        end = 0
+        for line in _LONG_LINE.finditer(src):
+            if window and _NON_SPACE.search(src, end, line.start()):
+                window = []  # a shorter non-blank line came between: no run across it
+            end = line.end()
+            window.append(normal_line(line.group()) if end - line.start() <= limit else None)  # None: too long
+            if len(window) > RUN_LINES:
+                del window[0]
+            if len(window) == RUN_LINES and window[0] in firsts:
+                gid = hidden.runs.get(tuple(window))
                 if gid is not None:
                     return gid
     return None

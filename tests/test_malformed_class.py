@@ -18,6 +18,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tracemalloc
 from pathlib import Path
 
 import nbformat
@@ -200,6 +201,14 @@ def test_hidden_lines_that_a_public_file_holds_never_count(chapter_runs):
     assert learner_files.copied_hidden_run(["\n".join(run[:1]) + "\n# mine\n" + "\n".join(run[1:])], runs) is None
     huge = "\n".join(["x" * 10_000] + list(run))  # a long line is skipped, not normalised; the run still counts
     assert learner_files.copied_hidden_run([huge, None, 3], runs) == gid
+    many = "ab\n" * 2_000_000 + "\n".join(run)  # 6 MB of short lines: looked at without a list of its lines
+    tracemalloc.start()
+    try:
+        assert learner_files.copied_hidden_run([many], runs) == gid
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 1 << 20, f"{peak >> 20} MB to look at a 6 MB cell"
 
 
 @pytest.mark.sandbox

@@ -341,6 +341,7 @@ def dot_product_variance(d, num_samples=20000, scaled=False, generator=None):
 FORGE_RESULT = """
 import copy, json, os, struct, base64, numpy as np
 import gc
+gc.unfreeze()  # the zygote froze what it made (runner.init_shell): back into the lists gc.get_objects reads
 plumbing = next(d for d in gc.get_objects() if isinstance(d, dict) and "_CAPTURE" in d and "run_cells" in d)
 MIME = "application/vnd.attention-course.check+json"
 right = np.array([[0.32861, 0.66715, 0.36943, 0.55214], [0.32951, 0.66365, 0.34863, 0.54977],
