@@ -12,7 +12,8 @@ What it proves on this machine (cgroup v1, so the account has no cgroup: limits 
 - the hostile corpus holds at ``user-rlimits`` and ``process-rlimits`` (tests/hostile/levels.py), and with
   namespaces refused by a seccomp filter (as Docker's default profile does) ``auto`` falls back to the
   process level, which holds on the cases that attack the file system, the network, the process table, the
-  grader's own pipes and System V IPC (nothing is left in the host's IPC namespace);
+  grader's own pipes and System V IPC (nothing is left in the host's IPC namespace); ``HOSTILE_RUNS=N`` grades
+  each of these levels' corpus N times in a row, each beside a CpuBurner (tests/load.py);
 - a gradebook the account cannot write gives one clear line, not a traceback.
 """
 from __future__ import annotations
@@ -29,6 +30,8 @@ import time
 import uuid
 from pathlib import Path
 
+import contextlib
+
 import pytest
 
 from autograder import submissions
@@ -39,6 +42,7 @@ from autograder.results import GradingResult
 from .hostile import run
 from .hostile.cases import CASES, CHAPTER, Ctx
 from .hostile.levels import expected
+from .load import CpuBurner, batch_params
 from .test_isolation import _course_copy, _Server, _snapshot, assert_contained, selected_cases
 
 pytestmark = pytest.mark.sandbox
@@ -153,8 +157,9 @@ def test_grade_as_an_ordinary_account_gives_the_root_scores(account, tmp_path):
     assert all(rows[m][1] < 27 for m in SAMPLED_MISTAKES)
 
 
-def _hostile_as(account: Account, level: str, wrapper: str = "", names=None) -> dict:
-    """The hostile corpus graded by the account at ``level``; what changed outside, what the server got."""
+def _hostile_as(account: Account, level: str, wrapper: str = "", names=None, loaded: bool = False) -> dict:
+    """The hostile corpus graded by the account at ``level`` (``loaded``: beside a CpuBurner); what changed
+    outside, what the server got."""
     course = _course_for(account, f"hostile-{level}-{uuid.uuid4().hex[:4]}")
     gradebook = course.grading / "gradebook.db"
     with sqlite3.connect(gradebook) as db:
@@ -178,8 +183,11 @@ def _hostile_as(account: Account, level: str, wrapper: str = "", names=None) -> 
         before = _snapshot(*protected, skip=skip)
         ipc_before = run.sysv_ipc_objects()  # the host's: the account's process-level kernels share it
         started = time.monotonic()
-        done = account.run(f"{wrapper}{PYTHON} -m tests.hostile.run {course.root} {level} {out}"
-                           + (" " + " ".join(names) if names else ""), timeout=1300)
+        burner = CpuBurner() if loaded else None
+        with burner or contextlib.nullcontext():
+            done = account.run(f"{wrapper}{PYTHON} -m tests.hostile.run {course.root} {level} {out}"
+                               + (" " + " ".join(names) if names else ""), timeout=1300)
+            burning = burner.running() if burner else 0
         after = _snapshot(*protected, skip=skip)
         ipc_left = sorted(run.sysv_ipc_objects() - ipc_before)
     finally:
@@ -192,15 +200,24 @@ def _hostile_as(account: Account, level: str, wrapper: str = "", names=None) -> 
     changed = sorted(k for k in set(before) | set(after) if before.get(k) != after.get(k))
     return {"results": {name: GradingResult.from_json(r) for name, r in data["results"].items()},
             "isolation": data["isolation"], "changed": changed, "server": server.received, "course": course,
-            "seconds": time.monotonic() - started, "ipc_left": ipc_left}
+            "seconds": time.monotonic() - started, "ipc_left": ipc_left,
+            "burners": (burner.processes, burning) if burner else None,
+            "burner_cpu_s": burner.cpu_seconds if burner else 0.0}
 
 
-@pytest.fixture(scope="module", params=("user", "process"))
+HOSTILE_BATCHES, HOSTILE_BATCH_IDS = batch_params(("user", "process"), loaded=())
+
+
+@pytest.fixture(scope="module", params=HOSTILE_BATCHES, ids=HOSTILE_BATCH_IDS)
 def hostile_batch(request, account):
+    level, attempt, loaded = request.param
     names = selected_cases(request, "test_hostile_notebook_as_an_ordinary_account")
-    batch = _hostile_as(account, request.param, names=None if names is None else [*sorted(names), "__after__"])
-    batch["level"] = f"{request.param}-rlimits"
-    assert batch["isolation"]["level"] == request.param and batch["isolation"]["cgroup"] == "none"
+    batch = _hostile_as(account, level, names=None if names is None else [*sorted(names), "__after__"],
+                        loaded=loaded)
+    batch["level"] = f"{level}-rlimits"
+    print(f"hostile corpus as an ordinary account, {level} level, run {attempt}: {batch['seconds']:.1f} s"
+          + (f" beside {batch['burners'][1]} spinning processes ({batch['burner_cpu_s']:.1f} CPU s)" if loaded else ""))
+    assert batch["isolation"]["level"] == level and batch["isolation"]["cgroup"] == "none"
     return batch
 
 

@@ -1,5 +1,6 @@
 """Grading the hostile corpus: one Engine, every case, then the reference again (is the engine healthy?); the
-cases that only wait for the wall clock go to a second engine beside it (grade_cases).
+cases that only wait for the wall clock go to a second engine beside it (grade_cases). Each case is graded under
+its own limits where it has some (grade_case: the cases that test a clock).
 
 Used in-process by tests/test_isolation.py (as root, at each level) and, as a throwaway unprivileged account,
 by tests/test_unprivileged.py: ``python -m tests.hostile.run COURSE LEVEL OUT.json`` grades the cases
@@ -7,6 +8,7 @@ already written under COURSE/grading/submitted/hostile/ and writes the results a
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sys
@@ -65,11 +67,26 @@ def sysv_ipc_objects() -> set[tuple[str, str]]:
 AFTER_WAITING = "__after_waiting__"  # the reference graded by the second engine after the cases that wait
 
 
+def grade_case(engine: Engine, name: str, path: Path, student: str) -> GradingResult:
+    """One notebook graded by ``engine``; a case with limits of its own (Case.limits) under those, over the
+    engine's. The engine reads its limits at each grade (the zygote was started with the level only, which no case
+    changes), so they are set for this one grade and put back."""
+    own = next((c.limits for c in CASES if c.name == name), {})
+    if not own:
+        return engine.grade(CHAPTER, path, student)
+    base = engine.limits
+    engine.limits = dataclasses.replace(base, **own)
+    try:
+        return engine.grade(CHAPTER, path, student)
+    finally:
+        engine.limits = base
+
+
 def _grade_waiting(course_root: Path, limits: Limits, paths: dict[str, Path], students: dict[str, str],
                    after: Path) -> dict[str, GradingResult]:
     with Engine(course_root, limits) as side:
         side.profile(CHAPTER)
-        results = {name: side.grade(CHAPTER, path, students[name]) for name, path in paths.items()}
+        results = {name: grade_case(side, name, path, students[name]) for name, path in paths.items()}
         results[AFTER_WAITING] = side.grade(CHAPTER, after, AFTER_WAITING)  # is this engine healthy too?
     return results
 
@@ -81,7 +98,7 @@ def grade_cases(engine: Engine, paths: dict[str, Path]) -> dict[str, GradingResu
     The cases that only wait for the notebook's wall clock (Case.waits) are graded by a second engine of the
     same course, limits and level, beside the others; it then grades the reference too (AFTER_WAITING). The
     cases marked Case.alone are graded once it is done. At each level the corpus waited about 8 s with one core
-    idle, and the suite grades it at five levels."""
+    idle, and the suite grades it at five levels. Every case under its own limits, if it has some (grade_case)."""
     by_name = {c.name: c for c in CASES}
     students = {name: (by_name[name].student or name) if name in by_name else name for name in paths}
     waiting = {n: p for n, p in paths.items() if n in by_name and by_name[n].waits}
@@ -91,10 +108,10 @@ def grade_cases(engine: Engine, paths: dict[str, Path]) -> dict[str, GradingResu
     with ThreadPoolExecutor(max_workers=1) as pool:
         side = pool.submit(_grade_waiting, engine.course.root, engine.limits, waiting, students,
                            paths["__after__"]) if waiting else None
-        results.update({name: engine.grade(CHAPTER, paths[name], students[name]) for name in first})
+        results.update({name: grade_case(engine, name, paths[name], students[name]) for name in first})
         if side is not None:
             results.update(side.result())
-    results.update({name: engine.grade(CHAPTER, paths[name], students[name]) for name in last if name in paths})
+    results.update({name: grade_case(engine, name, paths[name], students[name]) for name in last if name in paths})
     return results
 
 
