@@ -246,8 +246,8 @@ STEPS = {"uid_slot": uid_slot, "cgroup": cgroup, "namespaces": namespaces, "user
          "root_filesystem": root_filesystem, "scratch_folder": scratch_folder, "subreaper": subreaper,
          "proc": proc, "chroot": chroot, "session": session, "descriptors": descriptors, "rlimits": rlimits,
          "slot_uid": slot_uid, "drop_capabilities": drop_capabilities, "no_new_privs": no_new_privs,
-         "landlock_rules": landlock_rules, "landlock": landlock_enforce, "seccomp": seccomp_filter, "single_process": single_process,
-         "environment": environment}
+         "landlock_rules": landlock_rules, "landlock": landlock_enforce, "seccomp": seccomp_filter,
+         "single_process": single_process, "environment": environment}
 
 
 def run_steps(j: Jail, names) -> None:
