@@ -283,7 +283,8 @@ def test_the_scanner_keeps_the_normalisation():
 
 
 SCAN_RATIO = 25  # a hostile cell may take at most this many times the CPU of ordinary code of the same size
-SCAN_BYTES_PER_CHAR = 64  # and grow the address space by at most this much per character (about 12 measured)
+SCAN_BYTES_PER_CHAR = 64  # and grow the address space by at most this much per character, at least 8 MiB
+#                           (measured: 12 for 1 MB of `a,`, 1 MiB for 64 KB; the old scanner 690 and 13 MiB)
 _SCAN_PROBE = textwrap.dedent("""
     import json, math, resource, sys, time
     from autograder.similarity import fingerprints, normalise
@@ -296,12 +297,13 @@ _SCAN_PROBE = textwrap.dedent("""
     base = time.process_time() - t0
     # The budget: `ratio` times the baseline just measured, at least a second (the kernel counts whole seconds);
     # past it the kernel stops this process, so a quadratic scanner fails here instead of running for hours.
-    # Memory: the address space this process has now plus `per_char` bytes per character.
+    # Memory: the address space this process has now plus `per_char` bytes per character, at least 8 MiB (the
+    # allocator takes address space in chunks of up to a few MiB, whatever the input).
     cpu = math.ceil(time.process_time() + max(1.0, ratio * base))
     resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
     with open("/proc/self/statm") as f:
         now = int(f.read().split()[0]) * resource.getpagesize()
-    resource.setrlimit(resource.RLIMIT_AS, (now + per_char * size,) * 2)
+    resource.setrlimit(resource.RLIMIT_AS, (now + max(8 << 20, per_char * size),) * 2)
     t0 = time.process_time()
     tokens = normalise([hostile])
     found = fingerprints(tokens)
