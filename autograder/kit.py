@@ -14,6 +14,11 @@ The kit is built from the same sources as the book and the gradebook:
 Solutions, hidden tests, mistake catalogues, reference profiles and the grader stay behind: the kit is made from
 ``chapters/`` and ``attention_course/`` only, and tests/test_kit.py runs the release's leak checks over it.
 Needs only the standard library and pip (no nbgrader), so a self-study learner can build it from a fresh clone.
+
+The book's site offers the kit too (:func:`build_site_files`, called by the book's build: autograder/book_site.py):
+the wheel at ``wheels/<wheel>`` (the same place relative to a chapter's page as to a chapter's notebook in the kit)
+and the whole kit as ``attention-kit.zip``. :func:`install_markdown` is the one text that says how to install
+them: the first cell of every released notebook (autograder/release.py) and the book's front page show it.
 """
 from __future__ import annotations
 
@@ -26,6 +31,7 @@ import subprocess
 import sys
 import tempfile
 import tomllib
+import zipfile
 from pathlib import Path
 
 import attention_course
@@ -41,6 +47,11 @@ LEARNER_PACKAGES = ("torch", "numpy", "matplotlib", "ipykernel", "tqdm", "nbval"
 # Not in the repository's requirements (nbgrader pulls it in there): the notebook interface itself.
 JUPYTER = "jupyterlab>=4.6,<5"
 GENERATED_NOTE_ID = "generated-note"  # release.py's note to maintainers ("edit the source"): not for learners
+# The book's site: the wheel in a folder named as the kit's own (so one relative link works from a chapter's page,
+# from its notebook in the kit and from the kit pulled into a hub), and the whole kit as one zip at the site's root.
+SITE_WHEELS = "wheels"
+SITE_ZIP = "attention-kit.zip"
+KIT_CELL_ID = "course-kit"  # the released notebook's first cell: install_markdown (not graded, no nbgrader metadata)
 
 
 def requirement_pins(requirements: Path) -> dict[str, str]:
@@ -65,6 +76,44 @@ def requirements_text(pins: dict[str, str], wheel: str, torch_index: str | None)
     lines += [pins[p] for p in LEARNER_PACKAGES] + [JUPYTER, "# The course's helper package (checks, set-up, figures).",
                                                     f"./wheels/{wheel}"]
     return "\n".join(lines) + "\n"
+
+
+def wheel_filename(course: Course) -> str:
+    """The name :func:`build_wheel` gives the learner package's wheel (a pure-Python wheel of the course's version):
+    the install text names it before the wheel is built, and build_wheel checks that it did build that file."""
+    project = tomllib.loads((course.root / "pyproject.toml").read_text())["project"]
+    return f"{re.sub(r'[-_.]+', '_', project['name'])}-{project['version']}-py3-none-any.whl"
+
+
+def wheel_requirements(course: Course) -> list[str]:
+    """What the wheel declares it needs: the course's pins of the learner's packages and JupyterLab, as the kit's
+    requirements.txt lists them, so installing the wheel alone gives an environment that runs every notebook."""
+    pins = requirement_pins(course.root / "requirements.txt")
+    return [pins[p] for p in LEARNER_PACKAGES] + [JUPYTER]
+
+
+def pip_line(wheel: str, torch_index: str | None = CPU_TORCH_INDEX) -> str:
+    """The one command that installs the course from its wheel, run in the folder the wheel was saved to."""
+    index = f"--extra-index-url {torch_index} " if torch_index else ""
+    return f"pip install {index}{wheel}"
+
+
+def install_markdown(wheel: str, to_root: str) -> str:
+    """"Get the course kit": what to install and where it lies on the book's site, as Markdown that Jupyter and the
+    book both render. ``to_root`` is the way from the page (or notebook) to the site's root, e.g. ``../../`` from a
+    chapter. The links are HTML anchors: the files are the site's, not the book's sources, so the book must not try
+    to resolve them (a Markdown link to a file outside the sources is a build warning)."""
+    wheel_href = f"{to_root}{SITE_WHEELS}/{wheel}"
+    return (
+        "**Get the course kit.** The chapters' notebooks import the course's package, `attention_course` (the set-up "
+        f'cell, the checks and the figures). Download <a href="{wheel_href}">{wheel}</a> from the course\'s site (its '
+        f"`{SITE_WHEELS}/` folder, beside the book's front page) and install it once, from the folder you saved it "
+        "in, with Python 3.11 or newer (in a virtual environment: `python3 -m venv .venv`, then `.venv/bin/pip`):\n\n"
+        f"```bash\n{pip_line(wheel)}\n```\n\n"
+        "It brings PyTorch (the CPU build), NumPy, Matplotlib, JupyterLab and the self-check with it. Then open a "
+        "chapter's notebook in that environment and run it from the top. Every chapter at once, for working offline: "
+        f'<a href="{to_root}{SITE_ZIP}">{SITE_ZIP}</a> (unzip it and follow its README).'
+    )
 
 
 README = """# Attention from Scratch: learner kit
@@ -185,7 +234,8 @@ def build_wheel(course: Course, references: dict[str, dict], out: Path) -> Path:
         (src / "pyproject.toml").write_text(
             '[build-system]\nrequires = ["setuptools>=64"]\nbuild-backend = "setuptools.build_meta"\n\n'
             f'[project]\nname = "{project["name"]}"\nversion = "{project["version"]}"\n'
-            f'description = "{project["description"]}"\nrequires-python = "{project["requires-python"]}"\n\n'
+            f'description = "{project["description"]}"\nrequires-python = "{project["requires-python"]}"\n'
+            f"dependencies = {json.dumps(wheel_requirements(course))}\n\n"
             f'[tool.setuptools]\npackages = {json.dumps(packages)}\n\n[tool.setuptools.package-data]\n'
             + "".join(f'"{p}" = {json.dumps(files)}\n' for p, files in package_data.items()))
         out.mkdir(parents=True, exist_ok=True)
@@ -196,8 +246,8 @@ def build_wheel(course: Course, references: dict[str, dict], out: Path) -> Path:
         if done.returncode != 0:
             raise SystemExit(f"kit: building the attention_course wheel failed:\n{done.stdout}\n{done.stderr}")
     wheels = sorted(out.glob("attention_course-*.whl"))
-    if len(wheels) != 1:
-        raise SystemExit(f"kit: expected one attention_course wheel in {out}, found {[w.name for w in wheels]}")
+    if [w.name for w in wheels] != [wheel_filename(course)]:
+        raise SystemExit(f"kit: expected {wheel_filename(course)} in {out}, found {[w.name for w in wheels]}")
     return wheels[0]
 
 
@@ -229,6 +279,30 @@ def build_kit(course: Course, out: Path, torch_index: str | None = CPU_TORCH_IND
                                                  if "03_scoring_functions" in chapters else chapters[0],
                                                  chapters=", ".join(chapters)))
     return out
+
+
+def _zip_folder(folder: Path, target: Path) -> None:
+    """``folder`` as a zip holding ``<folder name>/...``: sorted entries with one fixed date, so the zip adds no build
+    time or order of its own to what the files hold."""
+    with zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as archive:
+        for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+            name = f"{folder.name}/{path.relative_to(folder).as_posix()}"
+            info = zipfile.ZipInfo(name, date_time=(1980, 1, 1, 0, 0, 0))
+            info.external_attr = 0o644 << 16
+            info.compress_type = zipfile.ZIP_DEFLATED
+            archive.writestr(info, path.read_bytes())
+
+
+def build_site_files(course: Course, site: Path) -> list[Path]:
+    """The kit as the book's site offers it, written into ``site`` (the built book's html folder): the wheel at
+    ``wheels/<wheel>`` and the whole kit at ``attention-kit.zip`` (PyTorch's CPU build in its requirements)."""
+    with tempfile.TemporaryDirectory(prefix="site-kit-") as tmp:
+        folder = build_kit(course, Path(tmp) / SITE_ZIP.removesuffix(".zip"))
+        wheel = site / SITE_WHEELS / wheel_filename(course)
+        wheel.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(folder / "wheels" / wheel.name, wheel)
+        _zip_folder(folder, site / SITE_ZIP)
+    return [wheel, site / SITE_ZIP]
 
 
 def main(argv: list[str] | None = None) -> int:

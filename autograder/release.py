@@ -7,8 +7,9 @@ For each chapter:
 2. drop the outputs of solution cells and graded test cells (they would reveal hidden checks);
 3. run ``nbgrader generate_assignment`` on that executed copy with output clearing switched off, which
    strips solutions and hidden tests, locks cells and registers the chapter in the gradebook;
-4. add how to get the learner kit to the first markdown cell (:data:`KIT_LINE`), mark the result as generated
-   and write it to ``chapters/<id>/<id>.ipynb``.
+4. put "Get the course kit" first (:func:`autograder.kit.install_markdown`, a markdown cell without nbgrader
+   metadata: a notebook downloaded from the book's page says what to install for it), mark the result as
+   generated and write it to ``chapters/<id>/<id>.ipynb``.
 """
 from __future__ import annotations
 
@@ -25,21 +26,13 @@ import nbformat
 from attention_course.cells import is_graded_test, is_solution
 from attention_course.expected import execute_notebook
 
-from . import new_gradebook
+from . import kit, new_gradebook
 from .course import Course
 
 WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
 GENERATED_NOTE = (
     "*This notebook is generated from `solutions/{chapter}/{chapter}.ipynb` by "
     "`python -m autograder release`. Edit the source, not this file.*"
-)
-
-
-# One line on every chapter page (and in the notebook its download button gives): how to get something that runs.
-KIT_LINE = (
-    "**Run this notebook yourself** with the course kit (the notebooks, the `attention_course` package they "
-    "import and a self-check; no answers): your instructor hands it out, or build it in the course repository "
-    "with `python -m autograder kit --out attention-kit` and follow its README."
 )
 
 
@@ -93,14 +86,23 @@ def generate(course: Course, chapters: list[str], out_dir: Path, db_url: str) ->
         if done.returncode != 0:
             raise RuntimeError(f"nbgrader generate_assignment failed for {', '.join(chapters)}:\n"
                                f"{done.stdout}\n{done.stderr}")
-        return {chapter: _finish(tmp / "release" / chapter, chapter, Path(out_dir)) for chapter in chapters}
+        return {chapter: _finish(course, tmp / "release" / chapter, chapter, Path(out_dir)) for chapter in chapters}
 
 
-def _finish(released: Path, chapter: str, out_dir: Path) -> Path:
-    """Mark nbgrader's release of ``chapter`` as generated and copy it to ``out_dir/<chapter>/``."""
+def kit_cell(course: Course, chapter: str) -> nbformat.NotebookNode:
+    """The release's first cell: how to install what the notebook imports, its links relative to where the chapter's
+    page lies in the book's site (and its notebook in the kit), e.g. ``../../wheels/<wheel>``."""
+    depth = len(course.release_notebook(chapter).relative_to(course.root).parts) - 1
+    cell = nbformat.v4.new_markdown_cell(kit.install_markdown(kit.wheel_filename(course), "../" * depth))
+    cell.id = kit.KIT_CELL_ID
+    return cell
+
+
+def _finish(course: Course, released: Path, chapter: str, out_dir: Path) -> Path:
+    """Put the kit cell first, mark nbgrader's release of ``chapter`` as generated and copy it to
+    ``out_dir/<chapter>/``."""
     nb = nbformat.read(released / f"{chapter}.ipynb", as_version=4)
-    first = next(c for c in nb.cells if c.cell_type == "markdown")
-    first.source = first.source.rstrip("\n") + "\n\n" + KIT_LINE
+    nb.cells.insert(0, kit_cell(course, chapter))
     nb.metadata["attention_course"] = {"generated_from": f"solutions/{chapter}/{chapter}.ipynb",
                                        "generator": "python -m autograder release"}
     note = nbformat.v4.new_markdown_cell(GENERATED_NOTE.format(chapter=chapter))

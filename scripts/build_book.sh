@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# README command 1: install everything, then build the book offline into _build/html (warnings are errors).
+# README command 1: install everything, then build the book offline into _build/html (warnings are errors), with the
+# learner kit in it (the wheel and the zip its pages link to).
 # `bash scripts/build_book.sh --mathjax` only installs MathJax (the test suite's book tests build the book
 # themselves). MathJax is the one thing that needs Node.js/npm, and only the book needs it.
 set -euo pipefail
@@ -19,3 +20,4 @@ bash scripts/install.sh
 install_mathjax
 .venv/bin/jupyter-book build . -W --keep-going
 echo "Book built: $(pwd)/_build/html/index.html"
+echo "The course kit in it (autograder/book_site.py): _build/html/attention-kit.zip and _build/html/wheels/"

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import html
+import html.parser
+import os
 import re
 import http.server
 import shutil
@@ -12,6 +15,8 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.parse
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -19,17 +24,23 @@ import pytest
 pytestmark = pytest.mark.services
 import yaml
 
+from autograder import kit
+from autograder.course import Course
+
 from .browser import Browser
 
 ROOT = Path(__file__).resolve().parent.parent
+COURSE = Course()
 TOC = yaml.safe_load((ROOT / "_toc.yml").read_text())
 PAGES = [entry["file"] for part in TOC["parts"] for entry in part["chapters"]]
 MATH_DONE = ("(window.MathJax && MathJax.startup && MathJax.startup.promise ? "
              "MathJax.startup.promise.then(() => true) : false)")
 
 
-# What the built book is made of: a build is reused only while none of these has changed.
-BOOK_SOURCES = ("_config.yml", "_toc.yml", "index.md", "chapters", "assets", "book_static")
+# What the built book is made of: a build is reused only while none of these has changed. The site also offers the
+# learner kit (autograder/book_site.py), built from the learner package and the course's pins.
+BOOK_SOURCES = ("_config.yml", "_toc.yml", "index.md", "chapters", "assets", "book_static", "attention_course",
+                "autograder/kit.py", "autograder/book_site.py", "pyproject.toml", "requirements.txt")
 
 
 def build_book() -> Path:
@@ -38,7 +49,8 @@ def build_book() -> Path:
     nothing changed) share it; a build that fails leaves nothing behind to reuse."""
     digest = hashlib.sha256()
     for name in BOOK_SOURCES:
-        for path in sorted(p for p in [ROOT / name, *(ROOT / name).rglob("*")] if p.is_file()):
+        for path in sorted(p for p in [ROOT / name, *(ROOT / name).rglob("*")]
+                           if p.is_file() and "__pycache__" not in p.parts):
             digest.update(path.relative_to(ROOT).as_posix().encode() + b"\0" + path.read_bytes())
     cache = Path(tempfile.gettempdir()) / f"attention-book-{digest.hexdigest()[:16]}"
     html = cache / "_build" / "html"
@@ -48,19 +60,26 @@ def build_book() -> Path:
         if time.time() - stale.stat().st_mtime > 3600:
             shutil.rmtree(stale, ignore_errors=True)
     work = Path(tempfile.mkdtemp(prefix="attention-book-building-"))
+    jupyter_book(work)
+    try:
+        work.rename(cache)
+    except OSError:  # another run finished the same build first
+        shutil.rmtree(work, ignore_errors=True)
+    return html
+
+
+def jupyter_book(work: Path, *options: str) -> Path:
+    """``jupyter-book build`` of the repository into ``work`` with -W and ``options``; its html folder. A build that
+    fails leaves nothing behind."""
     jb = Path(sys.executable).parent / "jupyter-book"
-    done = subprocess.run([str(jb), "build", str(ROOT), "--path-output", str(work), "-W", "--keep-going"],
+    done = subprocess.run([str(jb), "build", str(ROOT), "--path-output", str(work), "-W", "--keep-going", *options],
                           capture_output=True, text=True, timeout=900)
     problems = [l for l in (done.stdout + done.stderr).splitlines() if "WARNING" in l or "ERROR" in l]
     if done.returncode != 0:
         shutil.rmtree(work, ignore_errors=True)
     assert done.returncode == 0, "the book does not build with -W:\n" + "\n".join(problems or [done.stdout[-3000:]])
     assert (work / "_build" / "html" / "index.html").is_file()
-    try:
-        work.rename(cache)
-    except OSError:  # another run finished the same build first
-        shutil.rmtree(work, ignore_errors=True)
-    return html
+    return work / "_build" / "html"
 
 
 @pytest.fixture(scope="module")
@@ -175,3 +194,112 @@ def test_code_cells_wrap_at_the_column_width(server, browser):
     assert unwrapped > 0, "no code line is wider than the column even unwrapped: this page cannot show wrapping"
     assert wide == 0, f"{wide} of {total} code blocks scroll sideways"
     page.close()
+
+
+# -- the book as the front door: the course kit on the site, and launch links only where configured ------------
+
+
+class _Anchors(html.parser.HTMLParser):
+    """Every ``<a>`` of a page as (href, title, its text)."""
+
+    def __init__(self):
+        super().__init__()
+        self.found, self._open = [], []
+
+    def handle_starttag(self, tag, attrs):
+        if tag == "a":
+            self._open.append([dict(attrs).get("href"), dict(attrs).get("title") or "", ""])
+
+    def handle_data(self, data):
+        for a in self._open:
+            a[2] += data
+
+    def handle_endtag(self, tag):
+        if tag == "a" and self._open:
+            self.found.append(tuple(self._open.pop()))
+
+
+def anchors(page: Path) -> list[tuple[str | None, str, str]]:
+    parser = _Anchors()
+    parser.feed(page.read_text())
+    return parser.found
+
+
+def page_text(page: Path) -> str:
+    """What a reader reads on the page: the text without tags (code highlighting splits a line into spans)."""
+    text = re.sub(r"<script.*?</script>|<style.*?</style>", "", page.read_text(), flags=re.S)
+    return " ".join(html.unescape(re.sub(r"<[^>]+>", "", text)).split())
+
+
+def linked_file(book_html: Path, page: Path, href: str) -> Path:
+    """The site's file that ``href`` (relative, as in the page) names, resolved as a browser resolves it."""
+    assert not urllib.parse.urlsplit(href).scheme, f"{href} leaves the site"
+    return Path(os.path.normpath(page.parent / urllib.parse.unquote(href))).relative_to(book_html)
+
+
+@pytest.mark.parametrize("page", ["index", *PAGES])
+def test_the_front_page_and_every_chapter_page_offer_the_course_kit(book, page):
+    """"Get the course kit" with the wheel's one-line install and the whole kit's zip, both lying in the built site
+    where the page's links say, the zip holding the same wheel and every chapter. The text is kit.install_markdown's:
+    the chapter's notebook carries it (its first cell), the front page renders it ({course-kit})."""
+    html_page = book / f"{page}.html"
+    wheel = kit.wheel_filename(COURSE)
+    text = page_text(html_page)
+    assert "Get the course kit." in text and kit.pip_line(wheel) in text, f"{page}: no install text"
+    links = {Path(href).name: linked_file(book, html_page, href) for href, _, _ in anchors(html_page)
+             if href and href.endswith((".whl", ".zip"))}
+    assert links == {wheel: Path(kit.SITE_WHEELS) / wheel, kit.SITE_ZIP: Path(kit.SITE_ZIP)}, links
+    site_wheel = (book / links[wheel]).read_bytes()
+    with zipfile.ZipFile(book / links[kit.SITE_ZIP]) as whole:
+        names = set(whole.namelist())
+        assert whole.read(f"attention-kit/wheels/{wheel}") == site_wheel, "the zip's wheel is not the site's"
+    assert {f"attention-kit/{c}.ipynb" for c in PAGES} | {"attention-kit/README.md"} <= names
+
+
+def test_no_launch_link_and_no_dead_link_by_default(book):
+    """_config.yml ships both launch URLs empty: no page offers a launch button, and no link points nowhere."""
+    for page in sorted(book.rglob("*.html")):
+        where = page.relative_to(book)
+        for href, title, label in anchors(page):
+            assert href is not None and href.strip() != "", f"{where}: a link with an empty target ({label.strip()!r})"
+            assert "git-pull" not in href and "Launch" not in title, f"{where}: a launch link {href}"
+        assert "launch-buttons" not in page.read_text(), f"{where}: a launch menu"
+
+
+# A learner repository on a host the theme does not know (the hub test serves one on 127.0.0.1), and a hub below a
+# path prefix, as a university's hub often is.
+LAUNCH_REPO = "http://127.0.0.1:8722/course/attention-kit"
+LAUNCH_HUB = "https://hub.example.edu/attention/"
+
+
+@pytest.fixture(scope="module")
+def launch_book(tmp_path_factory) -> Path:
+    """The book built once more, with _config.yml's two launch URLs set (a copy of it: the repository's stays empty).
+    The whole book: a full build costs about as much as the kit it bundles (see the commit's figures)."""
+    config = yaml.safe_load((ROOT / "_config.yml").read_text())
+    config["repository"]["url"] = LAUNCH_REPO
+    config["launch_buttons"]["jupyterhub_url"] = LAUNCH_HUB
+    tmp = tmp_path_factory.mktemp("launch-book")
+    (tmp / "_config.yml").write_text(yaml.safe_dump(config))
+    return jupyter_book(tmp / "out", "--config", str(tmp / "_config.yml"))
+
+
+def test_with_both_urls_set_every_chapter_page_launches_its_notebook_on_the_hub(launch_book):
+    """Each chapter page's "Launch on JupyterHub" is nbgitpuller's link on that hub: pull the learner repository
+    (its branch) into the learner's home and open, in JupyterLab, the chapter's notebook where the pull puts it
+    (nbgitpuller clones into a folder named as the repository's last path part). The front page has none."""
+    hub = urllib.parse.urlsplit(LAUNCH_HUB)
+    with zipfile.ZipFile(launch_book / kit.SITE_ZIP) as whole:
+        in_kit = set(whole.namelist())
+    for chapter in PAGES:
+        links = [href for href, title, _ in anchors(launch_book / f"{chapter}.html") if title == "Launch on JupyterHub"]
+        assert len(links) == 1, f"{chapter}: {len(links)} launch links"
+        url = urllib.parse.urlsplit(links[0])
+        assert (url.scheme, url.netloc, url.path) == (hub.scheme, hub.netloc,
+                                                      hub.path.rstrip("/") + "/hub/user-redirect/git-pull")
+        query = urllib.parse.parse_qs(url.query, strict_parsing=True)
+        assert query == {"repo": [LAUNCH_REPO], "branch": ["main"],
+                         "urlpath": [f"lab/tree/{LAUNCH_REPO.rsplit('/', 1)[1]}/{chapter}.ipynb"]}, query
+        assert f"attention-kit/{chapter}.ipynb" in in_kit, "the learner repository (the kit) has no such notebook"
+    assert not [a for a in anchors(launch_book / "index.html") if "git-pull" in (a[0] or "")]
+

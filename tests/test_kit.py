@@ -7,7 +7,9 @@
   wheel's members included: no solution line, no hidden test, no entry of a mistake catalogue, no profile;
 - a learner in a fresh ordinary account, with nothing but the kit, installs it into a new virtual environment,
   imports ``attention_course`` there with no ``autograder`` anywhere, runs a completed chapter, and (the issue's
-  "done when") finds a wrong ``masked_softmax`` that raises nothing with the self-check, fixes it and passes.
+  "done when") finds a wrong ``masked_softmax`` that raises nothing with the self-check, fixes it and passes;
+- that environment is the one the built book's one line installs (issue 42): a notebook downloaded from a chapter's
+  page names, in its first cell, the wheel beside the page and the pip line, and runs after it.
 """
 from __future__ import annotations
 
@@ -23,14 +25,17 @@ import subprocess
 import sys
 import tomllib
 import zipfile
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from packaging.requirements import Requirement
 
 from attention_course.cells import grade_id, is_solution
 from autograder import kit
 from autograder.course import Course
 
+from .test_book import anchors, build_book, linked_file
 from .test_release import _split_lines
 
 COURSE = Course()
@@ -152,6 +157,19 @@ def test_kit_holds_the_releases_one_wheel_requirements_and_a_readme_only(kit_dir
         assert "from attention_course" in "".join(first_code["source"]), "the first code cell imports the package"
 
 
+@pytest.mark.unit
+def test_the_wheel_alone_asks_for_everything_the_kit_installs(kit_dir):
+    """The book's pages install the wheel alone (kit.pip_line): it declares what the kit's requirements.txt lists
+    besides itself, the course's pins, so that one line gives an environment that runs every notebook."""
+    with zipfile.ZipFile(_wheel(kit_dir)) as whl:
+        metadata = whl.read(next(n for n in whl.namelist() if n.endswith(".dist-info/METADATA"))).decode()
+    declared = {(r.name, r.specifier) for r in map(Requirement, re.findall(r"^Requires-Dist: (.+)$", metadata, re.M))}
+    listed = [line for line in (kit_dir / "requirements.txt").read_text().splitlines()
+              if line and not line.startswith(("#", "--", "./"))]
+    assert declared == {(r.name, r.specifier) for r in map(Requirement, listed)}
+    assert "torch" in {name for name, _ in declared} and "jupyterlab" in {name for name, _ in declared}
+
+
 @functools.cache
 def _source_lines(chapter: str) -> tuple[set[str], set[str]]:
     """(lines inside the chapter's solution and hidden-test regions, lines outside them), read once per chapter."""
@@ -206,12 +224,14 @@ def test_the_default_requirements_pin_cpu_torch_and_the_courses_pins(tmp_path):
 
 
 class Learner:
-    """A fresh ordinary account whose home holds the kit and a virtual environment installed from it alone."""
+    """A fresh ordinary account whose home holds the kit and a virtual environment installed from the book's site and
+    the kit alone."""
 
     def __init__(self, name: str):
         self.name = name
         self.home = Path(pwd.getpwnam(name).pw_dir)
         self.kit = self.home / "attention-kit"
+        self.from_book: FromTheBook | None = None  # what the fixture downloaded from the built book
 
     def run(self, command: str, env: dict | None = None, timeout: int = 900) -> subprocess.CompletedProcess:
         """``command`` in the learner's login shell, from the kit's folder. pip's settings are this machine's
@@ -232,19 +252,64 @@ class Learner:
         return path
 
 
+@dataclass
+class FromTheBook:
+    """What a reader of the built book downloads for one chapter: the notebook (the page's download button), the
+    wheel its first cell links (resolved against the page, as a browser does) and the pip line that cell gives."""
+
+    notebook: dict
+    wheel: Path
+    line: str
+
+
+def from_the_book(chapter: str) -> FromTheBook:
+    site = build_book()  # the suite's one build (tests/test_book.py), reused
+    page = site / "chapters" / chapter / f"{chapter}.html"
+    download = next(href for href, _, _ in anchors(page) if href and href.endswith(".ipynb"))
+    notebook = json.loads((site / linked_file(site, page, download)).read_text())
+    first = notebook["cells"][0]
+    assert first["cell_type"] == "markdown" and "nbgrader" not in first["metadata"], "the first cell is not the kit's"
+    text = "".join(first["source"])
+    link, line = re.search(r'<a href="([^"]+\.whl)">', text), re.search(r"^pip install .*$", text, re.M)
+    assert link and line, f"the downloaded notebook's first cell names no wheel or no pip line:\n{text[:500]}"
+    wheel, line = site / linked_file(site, page, link.group(1)), line.group(0)
+    assert line.split()[-1] == wheel.name, "the pip line installs another file than the one the cell links"
+    return FromTheBook(notebook, wheel, line)
+
+
+BOOK_CHAPTER = "01_cognitive_attention"
+
+
 @pytest.fixture(scope="module")
 def learner(kit_dir):
+    """A fresh account with the kit and one environment, installed as a reader of the book installs it: the line a
+    notebook downloaded from the book gives (its first cell) for the wheel downloaded beside it. The kit's README
+    install, as written, then adds nothing to that environment (asserted: it is the same environment, so every test
+    here also runs in what the book's one line installs)."""
     if os.geteuid() != 0:
         pytest.skip("needs root to create a fresh ordinary account (useradd); CI runs as root")
+    book = from_the_book(BOOK_CHAPTER)
     name = f"kitlearner{os.getpid()}"
     subprocess.run(["useradd", "-m", "-s", "/bin/bash", name], check=True)
     try:
         who = Learner(name)
+        who.from_book = book
         shutil.copytree(kit_dir, who.kit)
-        subprocess.run(["chown", "-R", f"{name}:{name}", str(who.kit)], check=True)
-        # The README's install, as written (python3 is the system's: the account sees no repository, no .venv).
-        done = who.run("python3 -m venv .venv && .venv/bin/pip install --quiet -r requirements.txt")
+        downloads = who.home / "Downloads"
+        downloads.mkdir()
+        shutil.copy(book.wheel, downloads / book.wheel.name)
+        subprocess.run(["chown", "-R", f"{name}:{name}", str(who.kit), str(downloads)], check=True)
+        # python3 is the system's: the account sees no repository, no .venv. The line runs without its PyTorch CPU
+        # index: this machine reaches only its package mirrors (which hold the CPU wheel), and pip would retry the
+        # unreachable index for every package it resolves.
+        assert f"--extra-index-url {kit.CPU_TORCH_INDEX} " in book.line
+        line = book.line.replace(f"--extra-index-url {kit.CPU_TORCH_INDEX} ", "")
+        done = who.run(f"python3 -m venv .venv && . .venv/bin/activate && cd ~/Downloads && {line}")
+        assert done.returncode == 0, f"the book's install line failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+        installed = who.run(".venv/bin/pip list --format=freeze").stdout
+        done = who.run(".venv/bin/pip install --quiet -r requirements.txt")  # the README's install, as written
         assert done.returncode == 0, f"installing the kit failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+        assert who.run(".venv/bin/pip list --format=freeze").stdout == installed, "the kit needs more than the wheel"
         yield who
     finally:
         subprocess.run(["userdel", "-r", name], capture_output=True)
@@ -261,6 +326,24 @@ def _with_answers(nb: dict, chapter: str, skip: str | None = None) -> dict:
             cell["source"] = "\n".join(line for line in answers[grade_id(cell)].splitlines()
                                        if not re.search(r"### (BEGIN|END) SOLUTION", line))
     return nb
+
+
+@pytest.mark.services
+@pytest.mark.timeout(1500)
+def test_a_notebook_downloaded_from_the_book_runs_after_the_install_its_first_cell_gives(learner):
+    """Issue 42: a reader with only the built book. The environment is the one the downloaded notebook's first cell
+    installs (the learner fixture); the notebook then runs there, in that environment's own kernel, up to its first
+    exercise (where the reader's work starts)."""
+    nb = learner.from_book.notebook
+    upto = next(i for i, c in enumerate(nb["cells"]) if is_solution(c))
+    learner.write("opening.ipynb", {**nb, "cells": nb["cells"][:upto]})
+    done = learner.run(".venv/bin/jupyter nbconvert --to notebook --execute --output ran.ipynb opening.ipynb",
+                       env=GENERIC_ONE_THREAD)
+    assert done.returncode == 0, f"the downloaded notebook does not run after the install:\n{done.stderr[-3000:]}"
+    ran = json.loads((learner.kit / "ran.ipynb").read_text())
+    printed = "".join("".join(o.get("text", "")) for c in ran["cells"] if c["cell_type"] == "code"
+                      for o in c["outputs"])  # a stored text is a string or a list of lines
+    assert "running on cpu" in printed, printed[-2000:]
 
 
 def _kit_chapter(learner: Learner, chapter: str) -> dict:

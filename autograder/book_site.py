@@ -1,0 +1,69 @@
+"""The book's own Sphinx extension (``_config.yml`` lists it): the book's site is where a reader gets the course.
+
+- After an HTML build, the site gets the learner kit (:func:`autograder.kit.build_site_files`): the
+  ``attention_course`` wheel at ``wheels/<wheel>`` and the whole kit at ``attention-kit.zip``, built from the same
+  ``chapters/`` and ``attention_course/`` as the pages, so the site never offers a stale or hand-copied kit.
+- The ``{course-kit}`` directive puts "Get the course kit" (:func:`autograder.kit.install_markdown`, the one text)
+  on a page that is not a chapter's notebook: the front page. A chapter's page shows the same text as its
+  notebook's first cell (autograder/release.py writes it there).
+- "Launch on JupyterHub" is sphinx-book-theme's launch button with nbgitpuller (``_config.yml``:
+  ``repository: url`` and ``launch_buttons: jupyterhub_url``). Both empty, the default: no launch button at all.
+  One without the other would give a dead link (the theme even fails on it), so the build stops and says which
+  is missing. A repository on a host the theme does not know (a university's git server) works too: the theme
+  wants a provider name only for its edit and source buttons, which this book does not show.
+"""
+from __future__ import annotations
+
+from urllib.parse import urlsplit
+
+from docutils import nodes
+from docutils.statemachine import StringList
+from sphinx.application import Sphinx
+from sphinx.errors import ConfigError
+from sphinx.util.docutils import SphinxDirective
+
+from . import kit
+from .course import Course
+
+# Hosts whose provider sphinx-book-theme infers from the repository URL itself.
+KNOWN_PROVIDERS = ("github", "gitlab", "bitbucket")
+
+
+class CourseKit(SphinxDirective):
+    """```{course-kit}``` renders the install text, its links relative to the page that holds it."""
+
+    has_content = False
+
+    def run(self) -> list[nodes.Node]:
+        to_root = "../" * self.env.docname.count("/")
+        text = kit.install_markdown(kit.wheel_filename(Course(self.env.srcdir)), to_root)
+        box = nodes.container(classes=["course-kit"])
+        self.state.nested_parse(StringList(text.splitlines(), source=self.env.docname), self.content_offset, box)
+        return [box]
+
+
+def check_launch_settings(app: Sphinx, config) -> None:
+    """Both launch settings or neither (see the module's docstring); a provider name for an unknown host."""
+    options = config.html_theme_options
+    repository = (options.get("repository_url") or "").strip()
+    hub = ((options.get("launch_buttons") or {}).get("jupyterhub_url") or "").strip()
+    if bool(repository) != bool(hub):
+        missing = "launch_buttons: jupyterhub_url" if repository else "repository: url"
+        raise ConfigError(f"_config.yml: the JupyterHub launch link needs both repository: url and launch_buttons: "
+                          f"jupyterhub_url; {missing} is empty (leave both empty for a book without launch links)")
+    if repository and not options.get("repository_provider"):
+        host = urlsplit(repository).hostname or ""
+        if not any(name in host.lower() for name in KNOWN_PROVIDERS):
+            options["repository_provider"] = "github"  # a name for the theme's context keys, not a claim of host
+
+
+def add_kit_to_site(app: Sphinx, exception: Exception | None) -> None:
+    if exception is None and app.builder.format == "html":
+        kit.build_site_files(Course(app.srcdir), app.outdir)
+
+
+def setup(app: Sphinx) -> dict:
+    app.add_directive("course-kit", CourseKit)
+    app.connect("config-inited", check_launch_settings)
+    app.connect("build-finished", add_kit_to_site)
+    return {"parallel_read_safe": True, "parallel_write_safe": True}
