@@ -86,7 +86,7 @@ def decide(name: str, got, params: dict, reference=None, like=None) -> Verdict:
         problem = verdicts.form_problem(got, like)
         if problem is not None:
             hint = params.get("hint", "") if isinstance(params.get("hint", ""), str) else ""
-            return verdicts._fail(problem.message, hint, problem.hidden_message)
+            return verdicts.fail(problem.message, hint, problem.hidden_message)
     return spec.decide(got, params, reference)
 
 

@@ -91,7 +91,7 @@ class Verdict:
 PASS = Verdict(True, "")
 
 
-def _fail(message: str, hint: str = "", hidden: str | None = None) -> Verdict:
+def fail(message: str, hint: str = "", hidden: str | None = None) -> Verdict:
     """A failed verdict. ``hidden`` is the same sentence with every quote of the learner's value left out
     (``None``: the message quotes nothing of it)."""
     def with_hint(text: str) -> str:
@@ -207,31 +207,31 @@ def form_problem(got, like, depth: int = 0) -> Verdict | None:
     """
     broken = _not_tensor_problem(got)
     if broken:
-        return _fail(broken[0], hidden=broken[1])
+        return fail(broken[0], hidden=broken[1])
     c_got, c_like = _category(got), _category(like)
     if c_like == "unsupported":  # the reference recorded something without a form (a function, say)
         return None
     if c_got != c_like:
-        return _fail(f"expected {CATEGORY_NAMES[c_like]}, got {_what(got)}", hidden="the result has the wrong type")
+        return fail(f"expected {CATEGORY_NAMES[c_like]}, got {_what(got)}", hidden="the result has the wrong type")
     if c_like in ("tensor", "array"):
         if isinstance(like, DecodedTensor) and like.device == "meta":
             return None
         if tuple(got.shape) != tuple(like.shape):
-            return _fail(f"result has shape {shape_text(got.shape)} but should have shape {_shape_exact(like.shape)}",
-                         hidden="the result has the wrong shape")
+            return fail(f"result has shape {shape_text(got.shape)} but should have shape {_shape_exact(like.shape)}",
+                        hidden="the result has the wrong shape")
         if _family(_dtype_of(got)) != _family(_dtype_of(like)):
-            return _fail(f"result has dtype {_dtype_of(got)} but should have a {_family(_dtype_of(like))} dtype",
-                         hidden="the result has the wrong dtype")
+            return fail(f"result has dtype {_dtype_of(got)} but should have a {_family(_dtype_of(like))} dtype",
+                        hidden="the result has the wrong dtype")
     if c_like == "sequence":
         if len(got) != len(like):
-            return _fail(f"result has {count_text(len(got))} items but should have {len(like)}",
-                         hidden="the result has the wrong number of items")
+            return fail(f"result has {count_text(len(got))} items but should have {len(like)}",
+                        hidden="the result has the wrong number of items")
         if depth < 32:
             for g, w in zip(got, like):
                 problem = form_problem(g, w, depth + 1)
                 if problem:
-                    return _fail(f"an item of the result: {problem.message}",
-                                 hidden=f"an item of the result: {problem.hidden_message}")
+                    return fail(f"an item of the result: {problem.message}",
+                                hidden=f"an item of the result: {problem.hidden_message}")
     return None
 
 
@@ -291,11 +291,11 @@ def _numeric_problem(got, what: str = "a tensor or a number", empty_ok: bool = F
     hold at least one value (unless the check's own expected form is empty)."""
     broken = _not_tensor_problem(got)
     if broken:
-        return _fail(broken[0])
+        return fail(broken[0])
     if _category(got) not in ("tensor", "array", "number"):
-        return _fail(f"expected {what}, got {_what(got)}", hidden="the result has the wrong type")
+        return fail(f"expected {what}, got {_what(got)}", hidden="the result has the wrong type")
     if not empty_ok and _category(got) != "number" and math.prod(got.shape) == 0:
-        return _fail(f"got an empty result of shape {shape_text(got.shape)}", hidden="got an empty result")
+        return fail(f"got an empty result of shape {shape_text(got.shape)}", hidden="got an empty result")
     return None
 
 
@@ -303,26 +303,26 @@ def compare(got, want, rtol: float | None = None, atol: float | None = None, hin
             check_dtype: bool = True) -> Verdict:
     """Is ``got`` numerically ``want`` (form, dtype, NaN pattern, values)? See "The form rule"."""
     if _category(want) not in ("tensor", "array", "number", "sequence") or _as_numbers(want)[0] is None:
-        return _fail("internal error: expected value is unusable")  # the test, not the learner, is wrong
+        return fail("internal error: expected value is unusable")  # the test, not the learner, is wrong
     if _category(want) == "number" and _category(got) in ("tensor", "array"):
         # every entry equals ``want``: a non-empty tensor of numbers
         problem = _numeric_problem(got)
         if problem is None and _family(_dtype_of(got)) not in ("float", "int"):
-            problem = _fail(f"result has dtype {_dtype_of(got)} but should hold numbers",
-                            hidden="the result has the wrong dtype")
+            problem = fail(f"result has dtype {_dtype_of(got)} but should hold numbers",
+                           hidden="the result has the wrong dtype")
     else:
         problem = form_problem(got, want)
     if problem:
-        return _fail(problem.message, hint, problem.hidden_message)
+        return fail(problem.message, hint, problem.hidden_message)
     g, g_dtype = _as_numbers(got)
     w, w_dtype = _as_numbers(want)
     if g is None:
-        return _fail("got a nested sequence that is not a rectangular array of numbers", hint)
+        return fail("got a nested sequence that is not a rectangular array of numbers", hint)
     if g.shape != np.broadcast_shapes(g.shape, w.shape):  # forms agree, so only a malformed nesting gets here
-        return _fail("got a nested sequence that is not a rectangular array of numbers", hint)
+        return fail("got a nested sequence that is not a rectangular array of numbers", hint)
     if check_dtype and w_dtype != "python" and g_dtype != w_dtype:
-        return _fail(f"result has dtype {g_dtype} but should have dtype {w_dtype} (keep the inputs' dtype)", hint,
-                     "the result has the wrong dtype (keep the inputs' dtype)")
+        return fail(f"result has dtype {g_dtype} but should have dtype {w_dtype} (keep the inputs' dtype)", hint,
+                    "the result has the wrong dtype (keep the inputs' dtype)")
     dtype = w_dtype if w_dtype in TOLERANCES else (g_dtype if g_dtype in TOLERANCES else "float64")
     d_rtol, d_atol = TOLERANCES.get(dtype, TOLERANCES["float64"])
     rtol = d_rtol if rtol is None else rtol
@@ -330,73 +330,73 @@ def compare(got, want, rtol: float | None = None, atol: float | None = None, hin
     wb = np.broadcast_to(w, g.shape)
     g_nan, w_nan = np.isnan(g), np.isnan(wb)
     if g_nan.any() and not w_nan.any():
-        return _fail(f"result contains NaN in {count_text(int(g_nan.sum()))} of {count_text(g.size)} places (an "
-                     "empty row, an overflow, or 0/0?)", hint,
+        return fail(f"result contains NaN in {count_text(int(g_nan.sum()))} of {count_text(g.size)} places (an "
+                    "empty row, an overflow, or 0/0?)", hint,
                      "result contains NaN in some places (an empty row, an overflow, or 0/0?)")
     if np.isinf(g).any() and not np.isinf(wb).any():
-        return _fail("result contains inf: something overflowed (subtract the maximum before exp?)", hint)
+        return fail("result contains inf: something overflowed (subtract the maximum before exp?)", hint)
     ok = np.isclose(g, wb, rtol=rtol, atol=atol, equal_nan=True)
     if ok.all():
         return PASS
     message, hidden = _symptom(g, np.asarray(wb), ~ok)
-    return _fail(message, hint, hidden)
+    return fail(message, hint, hidden)
 
 
 def sums_to_one(got, dim: int = -1, hint: str = "") -> Verdict:
     problem = _numeric_problem(got, "a tensor of weights")
     if problem:
-        return _fail(problem.message, hint, problem.hidden_message)
+        return fail(problem.message, hint, problem.hidden_message)
     if _category(got) == "number" or len(got.shape) == 0:
-        return _fail("got a scalar where a tensor of weights was expected", hint)
+        return fail("got a scalar where a tensor of weights was expected", hint)
     if _family(_dtype_of(got)) != "float":
-        return _fail(f"weights have dtype {_dtype_of(got)}; weights are floating-point numbers", hint,
-                     "the weights have the wrong dtype")
+        return fail(f"weights have dtype {_dtype_of(got)}; weights are floating-point numbers", hint,
+                    "the weights have the wrong dtype")
     g, _ = _as_numbers(got)
     if not -g.ndim <= dim < g.ndim:
-        return _fail(f"weights have no axis {dim}", hint, "the weights have too few dimensions")
+        return fail(f"weights have no axis {dim}", hint, "the weights have too few dimensions")
     if np.isnan(g).any():
-        return _fail("weights contain NaN", hint)
+        return fail("weights contain NaN", hint)
     totals = g.sum(axis=dim)
     if np.allclose(totals, 1.0, rtol=1e-4, atol=1e-5):
         if (g < -1e-7).any():
-            return _fail("weights sum to 1 but some are negative", hint)
+            return fail("weights sum to 1 but some are negative", hint)
         return PASS
     other = [ax for ax in range(g.ndim) if ax != dim % g.ndim]
     for ax in other:
         if np.allclose(g.sum(axis=ax), 1.0, rtol=1e-4, atol=1e-5):
-            return _fail(f"weights sum to 1 along axis {ax - g.ndim} instead of axis {dim}: "
-                         "softmax was taken over the wrong axis", hint,
-                         f"weights sum to 1 along another axis than axis {dim}: softmax was taken over the wrong axis")
-    return _fail(f"weights along axis {dim} must sum to 1 (they do not)", hint)
+            return fail(f"weights sum to 1 along axis {ax - g.ndim} instead of axis {dim}: "
+                        "softmax was taken over the wrong axis", hint,
+                        f"weights sum to 1 along another axis than axis {dim}: softmax was taken over the wrong axis")
+    return fail(f"weights along axis {dim} must sum to 1 (they do not)", hint)
 
 
 def has_shape(got, shape, hint: str = "") -> Verdict:
     broken = _not_tensor_problem(got)
     if broken and "meta" not in broken[0]:  # where a result lives is all a shape check needs
-        return _fail(broken[0], hint)
+        return fail(broken[0], hint)
     if _category(got) not in ("tensor", "array"):
-        return _fail(f"expected a tensor, got {_what(got)}", hint, "the result has the wrong type")
+        return fail(f"expected a tensor, got {_what(got)}", hint, "the result has the wrong type")
     want = tuple(int(s) for s in shape)
     if tuple(got.shape) != want:
-        return _fail(f"result has shape {shape_text(got.shape)} but should have shape {_shape_exact(want)}", hint,
-                     "the result has the wrong shape")
+        return fail(f"result has shape {shape_text(got.shape)} but should have shape {_shape_exact(want)}", hint,
+                    "the result has the wrong shape")
     return PASS
 
 
 def is_finite(got, hint: str = "") -> Verdict:
     problem = _numeric_problem(got)
     if problem:
-        return _fail(problem.message, hint, problem.hidden_message)
+        return fail(problem.message, hint, problem.hidden_message)
     if _category(got) != "number" and _family(_dtype_of(got)) not in ("float", "complex"):
         # only floating-point numbers can be NaN or inf: an int or bool result says nothing (and is not one)
-        return _fail(f"result has dtype {_dtype_of(got)} but should hold floating-point numbers", hint,
-                     "the result has the wrong dtype")
+        return fail(f"result has dtype {_dtype_of(got)} but should hold floating-point numbers", hint,
+                    "the result has the wrong dtype")
     g, _ = _as_numbers(got)
     if np.isnan(g).any():
-        return _fail(f"result contains NaN in {count_text(int(np.isnan(g).sum()))} of {count_text(g.size)} places",
-                     hint, "result contains NaN in some places")
+        return fail(f"result contains NaN in {count_text(int(np.isnan(g).sum()))} of {count_text(g.size)} places",
+                    hint, "result contains NaN in some places")
     if np.isinf(g).any():
-        return _fail("result contains inf", hint)
+        return fail("result contains inf", hint)
     return PASS
 
 
@@ -408,39 +408,39 @@ def equals(got, want, hint: str = "") -> Verdict:
     """
     wanted = "a plain Python " + type(want).__name__
     if type(got) not in (bool, int, float, str, type(None)):
-        return _fail(f"expected {wanted}, got {'a tensor' if isinstance(got, DecodedTensor) else _what(got)}", hint,
-                     "the result has the wrong type")
+        return fail(f"expected {wanted}, got {'a tensor' if isinstance(got, DecodedTensor) else _what(got)}", hint,
+                    "the result has the wrong type")
     numbers = (int, float)
     if type(got) is type(want) or (type(got) in numbers and type(want) in numbers):
-        return PASS if got == want else _fail("the answer is wrong", hint)
-    return _fail(f"expected {wanted}, got {type(got).__name__}", hint, "the result has the wrong type")
+        return PASS if got == want else fail("the answer is wrong", hint)
+    return fail(f"expected {wanted}, got {type(got).__name__}", hint, "the result has the wrong type")
 
 
 def is_true(got, hint: str = "") -> Verdict:
     if got is True:
         return PASS
     if got is False:
-        return _fail("condition does not hold", hint)
-    return _fail(f"expected a plain True/False, got {_what(got)}", hint, "expected a plain True/False")
+        return fail("condition does not hold", hint)
+    return fail(f"expected a plain True/False, got {_what(got)}", hint, "expected a plain True/False")
 
 
 def raised(got, expected_types, match: str | None = None, hint: str = "") -> Verdict:
     """``got`` is the recorded outcome: ``{"raised": type name or None, "message": str}``."""
     if not isinstance(got, dict):
-        return _fail("no outcome was recorded", hint)
+        return fail("no outcome was recorded", hint)
     name, message = got.get("raised"), got.get("message", "")
     message = message if isinstance(message, str) else ""
     wanted = " or ".join(expected_types)
     if name is not None and not isinstance(name, str):
-        return _fail("no outcome was recorded", hint)
+        return fail("no outcome was recorded", hint)
     if name is not None and name not in PYTHON_NAMES and name not in expected_types:
         name = "an exception of its own class"  # a learner's class name is text the learner chose: never shown
     if name is None:
-        return _fail(f"bad input was accepted silently; raise {wanted} with a clear message", hint)
+        return fail(f"bad input was accepted silently; raise {wanted} with a clear message", hint)
     if name not in expected_types:
         shown = name if name in HIDDEN_EXCEPTION_NAMES else "another exception"
-        return _fail(f"bad input raised {name}; raise {wanted} with a message that names the problem", hint,
-                     f"bad input raised {shown}; raise {wanted} with a message that names the problem")
+        return fail(f"bad input raised {name}; raise {wanted} with a message that names the problem", hint,
+                    f"bad input raised {shown}; raise {wanted} with a message that names the problem")
     if match and match.lower() not in message.lower():
-        return _fail(f"the {name} message should mention '{match}'", hint)
+        return fail(f"the {name} message should mention '{match}'", hint)
     return PASS

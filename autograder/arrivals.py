@@ -62,7 +62,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from . import learner_files
-from .course import Course
+from .course import COURSE_ID, Course
 
 LEDGER_NAME = "arrivals.jsonl"
 FORMAT_VERSION = 1
@@ -192,19 +192,23 @@ class Ledger:
     def records(self, student: str, chapter: str) -> list[Arrival]:
         return list(self._by_key.get((student, chapter), ()))
 
-    def arrival_of(self, student: str, chapter: str, notebook_name: str, content: bytes | None) -> Arrival | None:
+    def arrival_of(self, student: str, chapter: str, notebook_name: str, digest: str | None) -> Arrival | None:
         """The arrival of exactly this notebook of this learner and chapter, or None: the instructor's latest
         record of it if there is one (the instructor may correct a time either way), else the earliest one an
         observer recorded (the same bytes were there then; a later change of the inbox entry that left the
-        notebook as it was does not make it late)."""
-        if content is None:
+        notebook as it was does not make it late). ``digest``: :func:`notebook_digest` of the notebook graded."""
+        if digest is None:
             return None
-        digest = hashlib.sha256(content).hexdigest()
         matching = [r for r in self._by_key.get((student, chapter), ()) if r.notebooks.get(notebook_name) == digest]
         by_instructor = [r for r in matching if r.source == "instructor"]
         if by_instructor:
             return by_instructor[-1]
         return min(matching, key=lambda r: r.arrived, default=None)
+
+
+def notebook_digest(data: bytes) -> str:
+    """What a record binds a notebook by: the SHA-256 of its bytes (hex)."""
+    return hashlib.sha256(data).hexdigest()
 
 
 def notebook_digests(folder: Path) -> dict[str, str]:
@@ -223,7 +227,7 @@ def notebook_digests(folder: Path) -> dict[str, str]:
             data = learner_files.read_bounded(entry.path, MAX_NOTEBOOK_BYTES)
         except learner_files.NotReadable:
             continue
-        out[entry.name] = hashlib.sha256(data).hexdigest()
+        out[entry.name] = notebook_digest(data)
     return out
 
 
@@ -405,8 +409,6 @@ def exchange_root(course: Course) -> Path:
 def collect(course: Course, chapter: str, exchange: Path, update: bool = False, log=print) -> list[Arrival]:
     """Collect every learner's latest entry of ``chapter`` from ``exchange`` under the owning account, through
     nbgrader's collect, and record the arrival of each one collected. Returns the records written."""
-    from .gradebook import COURSE_ID  # here: grading imports this module, and must not load SQLAlchemy for it
-
     inbound = exchange / COURSE_ID / "inbound"
     entries = scan_inbox(inbound, chapter)
     for entry in entries:

@@ -1,6 +1,7 @@
 """Where notebooks are graded: local worker processes (one warm engine each) or a Dask distributed cluster.
 Each backend yields ``(task, result)`` as results arrive; results come back to the grading command, the only
-gradebook writer. Split out of autograder/batch.py (the command), which still exports these names.
+gradebook writer. Used by ``grade`` (autograder/batch.py); :func:`make_engine`, :func:`prepare_with` and
+:func:`close_engine` are the engine's life cycle for any other caller (the benchmarks).
 """
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import importlib
 import multiprocessing as mp
 import multiprocessing.connection
 import os
+import shutil
 import signal
 import sys
 import tempfile
@@ -18,10 +20,12 @@ import traceback
 from dataclasses import asdict
 from pathlib import Path
 
+from .atomic_files import write_atomic_bytes
 from .course import Course
-from .discovery import Task, _sha, failed_result, submission_bytes
-from .outputs import _write_atomic_bytes
+from .digests import framed_sha256
+from .discovery import Task, failed_result, submission_bytes
 from .results import GradingResult, ResultFormatError
+
 # One BLAS/OpenMP thread per notebook: scores do not depend on the worker count, and N workers do not
 # oversubscribe N cores.
 _THREAD_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
@@ -36,7 +40,7 @@ def _die_with_parent() -> None:
         pass
 
 
-def _make_engine(course_root: Path, module_name: str, limits: dict):
+def make_engine(course_root: Path, module_name: str, limits: dict):
     os.environ.update(_THREAD_ENV)
     module = importlib.import_module(module_name)
     engine = module.Engine(Path(course_root), module.Limits(**limits))
@@ -44,7 +48,7 @@ def _make_engine(course_root: Path, module_name: str, limits: dict):
     return enter() if enter else engine
 
 
-def _close_engine(engine) -> None:
+def close_engine(engine) -> None:
     try:
         exit_ = getattr(engine, "__exit__", None)
         if exit_:
@@ -79,7 +83,7 @@ def _grade_with(engine, task: Task, submission: Path) -> GradingResult:
     return result
 
 
-def _received(task: Task, payload) -> GradingResult:
+def received_result(task: Task, payload) -> GradingResult:
     """A worker's result from its wire form (results.GradingResult.to_wire): only JSON crosses process and
     machine boundaries, bounded and versioned; what does not decode is the grader's failure on that notebook."""
     try:
@@ -88,7 +92,7 @@ def _received(task: Task, payload) -> GradingResult:
         return failed_result(task, f"grader error: a worker's result could not be read: {err}")
 
 
-def _prepare_with(engine, chapter: str) -> str | None:
+def prepare_with(engine, chapter: str) -> str | None:
     """Build (or load) what the engine needs once per chapter, e.g. its reference profile; None when fine."""
     prepare = getattr(engine, "profile", None)
     if prepare is None:
@@ -104,7 +108,7 @@ def _local_worker(conn, course_root: str, module_name: str, limits: dict) -> Non
     _die_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when to stop
     try:
-        engine = _make_engine(Path(course_root), module_name, limits)
+        engine = make_engine(Path(course_root), module_name, limits)
     except Exception:
         conn.send(("fatal", traceback.format_exc()))
         return
@@ -118,12 +122,12 @@ def _local_worker(conn, course_root: str, module_name: str, limits: dict) -> Non
             if msg is None:
                 break
             if msg.get("op") == "prepare":
-                conn.send(("prepared", _prepare_with(engine, msg["chapter"])))
+                conn.send(("prepared", prepare_with(engine, msg["chapter"])))
                 continue
             task = Task(**msg)
             conn.send(("result", _grade_with(engine, task, Path(task.path)).to_wire()))
     finally:
-        _close_engine(engine)
+        close_engine(engine)
 
 
 _worker_state = threading.local()
@@ -142,10 +146,7 @@ def _materialise(bundle: dict) -> Path:
         for rel, data in bundle.get("cache", {}).items():
             dest = root / rel
             if not dest.is_file():
-                dest.parent.mkdir(parents=True, exist_ok=True)
-                tmp = dest.with_name(f".{dest.name}.{os.getpid()}.tmp")
-                tmp.write_bytes(data)
-                os.replace(tmp, dest)
+                write_atomic_bytes(dest, data)
     return root
 
 
@@ -162,8 +163,6 @@ def _materialise_files(base: Path, root: Path, bundle: dict) -> None:
     try:
         staging.rename(root)
     except OSError:  # another worker process on this machine won the race
-        import shutil
-
         shutil.rmtree(staging, ignore_errors=True)
 
 
@@ -173,7 +172,7 @@ def _thread_engine(root: Path, module_name: str, limits: dict):
     if engines is None:
         engines = _worker_state.engines = {}
     if root not in engines:
-        engines[root] = _make_engine(root, module_name, limits)
+        engines[root] = make_engine(root, module_name, limits)
     return engines[root]
 
 
@@ -182,7 +181,7 @@ def prepare_on_dask_worker(bundle: dict, chapter: str, module_name: str, limits:
     root = _materialise(bundle)
     cache_dir = root / "grading" / "expected"
     before = {p: p.stat().st_mtime_ns for p in cache_dir.glob("*")} if cache_dir.is_dir() else {}
-    error = _prepare_with(_thread_engine(root, module_name, limits), chapter)
+    error = prepare_with(_thread_engine(root, module_name, limits), chapter)
     if error:
         return {"error": error, "files": {}}
     files = {}
@@ -359,7 +358,7 @@ class LocalBackend:
                         raise RuntimeError("the grading engine failed to start:\n" + payload)
                     if kind == "result":
                         task, w["task"] = w["task"], None
-                        yield task, _received(task, payload)
+                        yield task, received_result(task, payload)
                     if kind in ("ready", "result"):
                         assign(w)
         finally:
@@ -412,7 +411,7 @@ class DaskBackend:
 
     def bundle(self) -> dict:
         files = self._course_files()
-        digest = _sha(*(k.encode() + b"\0" + v for k, v in sorted(files.items())))[:24]
+        digest = framed_sha256(*(k.encode() + b"\0" + v for k, v in sorted(files.items())))[:24]
         return {"hash": digest, "files": files, "cache": self._cache_files()}
 
     def start(self, expected_tasks: int) -> None:
@@ -439,7 +438,7 @@ class DaskBackend:
             for rel, data in out["files"].items():
                 dest = self.course.root / rel
                 if not dest.is_file():
-                    _write_atomic_bytes(dest, data)
+                    write_atomic_bytes(dest, data)
 
     def run(self, tasks: list[Task]):
         from distributed import as_completed
@@ -457,7 +456,7 @@ class DaskBackend:
             for fut in as_completed(futures):
                 task = futures.pop(fut)
                 try:
-                    result = _received(task, fut.result())
+                    result = received_result(task, fut.result())
                 except Exception as err:
                     result = failed_result(task, f"dask task failed: {type(err).__name__}: {err}")
                 yield task, result

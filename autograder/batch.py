@@ -21,9 +21,11 @@ Resuming: each recorded notebook carries a key (hash of the submission, its chap
 the grading code). A run grades only submissions without a matching key, so a run killed at any point
 and started again finishes the job; ``--force`` regrades everything.
 
-The pieces live in modules of their own, named for what they do: ``discovery`` (submissions, resume keys),
-``backends`` (local and Dask workers), ``outputs`` (files written besides the gradebook); this module is the
-command and re-exports their names.
+The pipeline, one way: ``discovery`` (intake: the submissions, their digests, arrivals and resume keys) ->
+``backends`` (local or Dask workers, one warm engine each) -> ``results.GradingResult`` -> the sinks: the
+gradebook (``gradebook``), the executed notebook, feedback page, exchange files and CSVs (``outputs``), the
+similarity check (``similarity``) and the class report (``report``). This module is the command that runs it;
+``run_summary`` counts what it did.
 """
 from __future__ import annotations
 
@@ -33,63 +35,17 @@ import os
 import signal
 import sys
 import time
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from . import arrivals, learner_files
-from .backends import (_THREAD_ENV, DaskBackend, LocalBackend, _close_engine, _grade_with,  # noqa: F401
-                       _local_worker, _make_engine, _prepare_with, grade_on_dask_worker, prepare_on_dask_worker)
+from .atomic_files import write_atomic
+from .backends import DaskBackend, LocalBackend
 from .course import Course
-from .discovery import (ENGINE_MODULE, NOTHING_SUBMITTED, OUTPUTS_STATE, Task,  # noqa: F401
-                        _sha, attach_arrivals, discover, engine_module_name, failed_result, grading_code_hash,
-                        grading_sources, missing_result, outputs_current, outputs_digest, recorded_keys,
-                        submission_bytes, submission_key)
-from .learner_files import EXCHANGE_FILES  # noqa: F401 - importable where it used to live
-from .outputs import _copy_exchange_files, _write_atomic, _write_atomic_bytes, write_csv, write_outputs  # noqa: F401
+from .discovery import (ENGINE_MODULE, Task, attach_arrivals, discover, engine_module_name, grading_code_hash,
+                        missing_result, recorded_keys, submission_digest, submission_key)
+from .output_files import OUTPUTS_STATE, outputs_current, outputs_digest
 from .results import GradingResult, Late
-
-
-@dataclass
-class Summary:
-    submissions: int = 0
-    up_to_date: int = 0
-    graded: int = 0
-    zero: int = 0  # "not gradable": the grader could not grade the notebook (status "zero"; it scores 0)
-    scored_zero: int = 0  # every recorded notebook worth 0 points, the not gradable ones included
-    flagged: int = 0
-    failed: int = 0
-    seconds: float = 0.0
-    failures: list = field(default_factory=list)
-    profile_seconds: float = 0.0  # the one-time reference profiles (per chapter; cached on disk)
-    first_result_seconds: float | None = None  # from the start of the run to the first graded notebook
-    workers_started: int = 0
-    # Seconds spent per stage, summed over notebooks (engine stages when the engine reports them: a result's
-    # ``timings``) and once-per-run stages (csv, report).
-    stages: dict = field(default_factory=dict)
-
-    @property
-    def processed(self) -> int:
-        return self.graded + self.zero + self.failed
-
-    def add_stage(self, name: str, seconds: float) -> None:
-        self.stages[name] = self.stages.get(name, 0.0) + float(seconds)
-
-    def line(self) -> str:
-        per = f", {self.seconds / self.processed:.2f} s per notebook" if self.processed else ""
-        extra = ""
-        if self.processed:
-            extra = f"; reference profiles {self.profile_seconds:.1f} s"
-            if self.first_result_seconds is not None:
-                extra += f", first notebook graded {self.first_result_seconds:.1f} s after the start"
-        # The words of the class report and grades.csv (report.OUTCOMES).
-        return (f"{self.submissions} submissions: {self.graded} graded, {self.zero} not gradable, "
-                f"{self.scored_zero} scored zero, {self.flagged} flagged, "
-                f"{self.failed} failed, {self.up_to_date} already up to date; {self.seconds:.1f} s{per}{extra}")
-
-    def to_json(self) -> dict:
-        data = asdict(self)
-        data["processed"] = self.processed
-        return data
+from .run_summary import Summary
 
 
 def grade(course: Course, chapters: list[str] | None = None, *, workers: int | None = None,
@@ -119,12 +75,13 @@ def grade(course: Course, chapters: list[str] | None = None, *, workers: int | N
     code_hash = grading_code_hash()
     limits_repr = json.dumps(limits, sort_keys=True)
     sources = {ch: course.source_notebook(ch).read_bytes() for ch in chapters}
-    contents = {id(task): submission_bytes(task) for task in tasks}
+    # One notebook's bytes at a time (up to intake.MAX_NOTEBOOK_BYTES each, for a whole class): digests are kept.
+    digests = {id(task): submission_digest(task) for task in tasks}
     # The submission time is the arrival the instructor's side recorded for this very notebook (autograder/
     # arrivals.py), never the learner's timestamp.txt; it enters the key (a time recorded later regrades).
-    attach_arrivals(tasks, arrivals.Ledger.read(arrivals.ledger_path(course)), contents)
+    attach_arrivals(tasks, arrivals.Ledger.read(arrivals.ledger_path(course)), digests)
     for task in tasks:
-        task.key = submission_key(task, sources[task.chapter], code_hash, limits_repr, contents[id(task)])
+        task.key = submission_key(task, sources[task.chapter], code_hash, limits_repr, digests[id(task)])
     done = recorded_keys(db_url)  # None: not SQLite, the writer answers below
     todo = tasks
     if done is not None and not force:
@@ -144,9 +101,14 @@ def grade(course: Course, chapters: list[str] | None = None, *, workers: int | N
         backend = LocalBackend(workers or os.cpu_count() or 1, course.root, module_name, limits)
     try:
         backend.start(expected_runnable)  # workers warm up (torch import) while this process opens the gradebook
+        # The sinks load nbgrader, SQLAlchemy, nbformat and (the report) matplotlib: imported only once there is
+        # something to grade, so that a run with nothing to do loads none of them (tests/test_batch.py checks).
+        # They import nothing of this module (tests/test_import_graph.py: no cycle).
         from .gradebook import GradebookWriter
-
-        from .deadlines import Policy
+        from .late_policy import Policy
+        from .outputs import write_csv
+        from .report import write_report
+        from .similarity import run as find_similar
 
         with GradebookWriter(db_url, policy=Policy.for_course(course)) as writer:
             rows = _grade_into(writer, course, tasks, sources, backend, summary, force, progress, log, started)
@@ -156,8 +118,6 @@ def grade(course: Course, chapters: list[str] | None = None, *, workers: int | N
         summary.add_stage("csv", time.perf_counter() - t0)
         similar = None
         if similarity:  # submissions that look copied (autograder/similarity.py), in the CSV and the report
-            from .similarity import run as find_similar
-
             t0 = time.perf_counter()
             # In a child with CPU, memory and wall budgets (autograder/similarity_stage.py): a check that does
             # not finish is a line here, in similarity.csv and in the report, and grading goes on.
@@ -166,14 +126,12 @@ def grade(course: Course, chapters: list[str] | None = None, *, workers: int | N
             summary.add_stage("similarity", time.perf_counter() - t0)
             log(stage.line())
         if report:
-            from .report import write_report
-
             t0 = time.perf_counter()
             path = write_report(course, rows, failures=summary.failures, similarity=similar)
             summary.add_stage("report", time.perf_counter() - t0)
             log(f"class report: {path}")
         if not summary.failures:  # a run with failures must write its report again next time
-            _write_atomic(course.grading / OUTPUTS_STATE, json.dumps(
+            write_atomic(course.grading / OUTPUTS_STATE, json.dumps(
                 {"digest": outputs_digest({(r.student, r.chapter): r.key for r in rows}),
                  "report": report}))
     finally:
@@ -185,10 +143,14 @@ def grade(course: Course, chapters: list[str] | None = None, *, workers: int | N
 
 def _grade_into(writer, course: Course, tasks: list[Task], sources: dict, backend, summary: Summary, force: bool,
                 progress: bool, log, started: float) -> list[GradingResult]:
+    # Heavy, and needed only once something is graded (see grade): nbformat, tqdm and the sinks.
     import nbformat
     from tqdm import tqdm
 
     from attention_course.cells import graded_cells
+
+    from .late_policy import how_late
+    from .outputs import copy_exchange_files, write_outputs
 
     max_scores = {}
     for ch in sorted({t.chapter for t in tasks}):
@@ -221,8 +183,6 @@ def _grade_into(writer, course: Course, tasks: list[Task], sources: dict, backen
             # the task's ids (the worker saw the same) and what discovery found wrong with the folder
             result = result.replace(student=task.student, chapter=task.chapter, flags=(*task.flags, *result.flags))
             t0 = time.perf_counter()
-            from .deadlines import how_late  # nbgrader's plugins: loaded once something is graded
-
             timestamp = task.arrival.arrived if task.arrival else None  # the recorded arrival, or none
             late = writer.lateness_of(task.student, task.chapter, timestamp, result.score)
             # shown on the feedback page (autograder/deadlines.py owns the policy): how late, or held, with the
@@ -233,7 +193,7 @@ def _grade_into(writer, course: Course, tasks: list[Task], sources: dict, backen
                 held=late.held, arrived=task.arrival.describe() if task.arrival else "",
                 claimed=task.claimed_time or ""))
             write_outputs(course, result, summary)
-            _copy_exchange_files(course, task)
+            copy_exchange_files(course, task)
             t1 = time.perf_counter()
             writer.write_result(result, task.key, timestamp)
             summary.add_stage("gradebook write", time.perf_counter() - t1)
@@ -282,6 +242,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="skip the check for submissions that look copied (autograder/similarity.py)")
     parser.add_argument("--stats", type=Path, metavar="FILE.json",
                         help="write the run's numbers here (counts, per-stage seconds, profile time, first result)")
+    # The engine's module (nbformat, the sandbox, the kit builder): the command needs its options and preflight;
+    # grade() itself, run in-process by tests and benchmarks with another engine, does not load it.
     from .isolation import IsolationUnavailable, add_isolation_arguments, preflight
 
     add_isolation_arguments(parser)
@@ -313,7 +275,7 @@ def main(argv: list[str] | None = None) -> int:
         stats = summary.to_json()
         # what this process had to load: a run with nothing to grade loads neither
         stats["imported"] = {m: m in sys.modules for m in ("torch", "nbgrader", "sqlalchemy", "matplotlib")}
-        _write_atomic(args.stats, json.dumps(stats, indent=1))
+        write_atomic(args.stats, json.dumps(stats, indent=1))
     return 1 if summary.failed else 0
 
 

@@ -7,6 +7,9 @@ import sys
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+# nbgrader's course id (autograder/nbgrader_config.py says the same): the gradebook's course row and the exchange's
+# folder of this course.
+COURSE_ID = "attention-from-scratch"
 
 
 class Course:

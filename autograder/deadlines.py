@@ -15,7 +15,7 @@ read the same ones:
 - ``SubmittedNotebook.late_submission_penalty``: the points the policy takes off.
 
 **Fail closed.** While a chapter has a due date, a submission with no recorded arrival and points to lose is
-*held for the instructor* (:func:`held`): it is graded as usual (the points stay visible in formgrader,
+*held for the instructor* (``late_policy.held``): it is graded as usual (the points stay visible in formgrader,
 grades.csv and the report), flagged, and its final score is withheld: nbgrader's
 ``late_submission_penalty`` is the whole score (so ``nbgrader export`` and formgrader's totals count nothing),
 grades.csv's ``final_score`` and the LMS exports' cells are empty and their status says ``held``. It is never
@@ -25,7 +25,8 @@ next ``grade`` applies the policy to that time.
 
 The policy is nbgrader's: ``c.AssignLatePenalties.plugin_class`` in ``autograder/nbgrader_config.py`` names a
 ``LateSubmissionPlugin`` (nbgrader's own, whose ``penalty_method`` is ``'none'`` (the default) or ``'zero'``,
-or :class:`PerHourPenalty` below). :class:`Policy` loads that file with traitlets, builds nbgrader's
+or :class:`PerHourPenalty` below). ``late_policy.Policy`` (autograder/late_policy.py: the policy that grading and
+its sinks read; this module is the command that writes the facts) loads that file with traitlets, builds nbgrader's
 ``AssignLatePenalties`` preprocessor from it and asks it for the plugin, then applies nbgrader's own clamp
 (``AssignLatePenalties._check_late_penalty``): so ``grade`` and ``nbgrader autograde`` compute every penalty
 with the same code and the same configuration, rather than two copies that could drift apart.
@@ -36,15 +37,17 @@ import argparse
 import datetime as _dt
 import math
 import sys
-from dataclasses import dataclass
 from pathlib import Path
-from types import SimpleNamespace
 
+from nbgrader.api import MissingEntry
 from nbgrader.plugins import LateSubmissionPlugin
 from traitlets import Float
 
 from . import arrivals
 from .course import Course
+from .gradebook import GradebookWriter
+from .late_policy import Policy
+from .output_files import OUTPUTS_STATE
 
 SECONDS_PER_HOUR = 3600.0
 
@@ -68,102 +71,6 @@ class PerHourPenalty(LateSubmissionPlugin):
     def describe(self) -> str:
         return (f"{self.fraction_per_hour:.0%} of the score per started hour late, "
                 f"at most {self.cap:.0%}")
-
-
-def describe(plugin) -> str:
-    """One line for learners and instructors: which policy is in force."""
-    if hasattr(plugin, "describe"):
-        return plugin.describe()
-    method = getattr(plugin, "penalty_method", None)
-    if type(plugin) is LateSubmissionPlugin:
-        return "a late notebook scores zero" if method == "zero" else "no late penalty"
-    return f"late penalty by {type(plugin).__module__}.{type(plugin).__name__}"
-
-
-def config_file(course: Course) -> Path:
-    """The nbgrader configuration stock nbgrader reads for this course (``Course.nbgrader_env``)."""
-    return course.root / "autograder" / "nbgrader_config.py"
-
-
-def load_config(course: Course):
-    """The course's nbgrader configuration, read by traitlets as nbgrader's apps read it."""
-    from traitlets.config.loader import PyFileConfigLoader
-
-    path = config_file(course)
-    return PyFileConfigLoader(path.name, path=str(path.parent)).load_config()
-
-
-HELD = ("held for the instructor: no recorded arrival time (timestamp.txt is the learner's claim); the final "
-        "score is withheld until the instructor records one (python -m autograder deadlines CHAPTER --received "
-        "STUDENT=ISO)")
-
-
-def held(duedate: _dt.datetime | None, timestamp: _dt.datetime | None, score: float) -> bool:
-    """Whether a submission's final score is withheld: a due date is set, no arrival time is recorded, and there
-    are points to lose (a zero is final whenever it arrived)."""
-    return duedate is not None and timestamp is None and score > 0
-
-
-@dataclass
-class Lateness:
-    """How late one submission was and what it cost."""
-    seconds_late: float
-    penalty: float | None  # None: nbgrader's "no penalty assigned" (also when on time)
-    held: bool = False  # no arrival time while a due date is set: the whole score withheld (penalty == score)
-
-    @property
-    def points(self) -> float:
-        return float(self.penalty or 0.0)
-
-
-class Policy:
-    """The course's late-penalty policy: nbgrader's plugin, built the way ``AssignLatePenalties`` builds it."""
-
-    def __init__(self, config=None):
-        from nbgrader.preprocessors import AssignLatePenalties
-
-        self._pre = AssignLatePenalties(config=config) if config is not None else AssignLatePenalties()
-        self._pre.init_plugin()  # plugin_class(parent=self), as nbgrader does before every notebook
-        self.plugin = self._pre.plugin_inst
-
-    @classmethod
-    def for_course(cls, course: Course | None = None) -> "Policy":
-        return cls(load_config(course or Course()))
-
-    def describe(self) -> str:
-        return describe(self.plugin)
-
-    def penalty(self, student_id: str, score: float, seconds_late: float) -> float | None:
-        """The penalty nbgrader's AssignLatePenalties would store: None when on time or when the plugin
-        assigns none, else the plugin's answer clamped to [0, score]."""
-        if not seconds_late or seconds_late <= 0:
-            return None
-        raw = self.plugin.late_submission_penalty(student_id, score, seconds_late)
-        if raw is None:
-            return None
-        return float(self._pre._check_late_penalty(SimpleNamespace(score=score), raw))
-
-    def lateness(self, student_id: str, score: float, timestamp: _dt.datetime | None,
-                 duedate: _dt.datetime | None, extension: _dt.timedelta | None = None) -> Lateness:
-        """nbgrader's ``SubmittedAssignment.total_seconds_late`` and the penalty. ``timestamp`` is the recorded
-        arrival (autograder/arrivals.py). No due date: on time. A due date and no arrival: :func:`held`, the whole
-        score withheld (never "on time")."""
-        if held(duedate, timestamp, score):
-            return Lateness(0.0, float(score), held=True)
-        if timestamp is None or duedate is None:
-            return Lateness(0.0, None)
-        due = duedate + extension if extension is not None else duedate
-        late = max(0.0, (timestamp - due).total_seconds())
-        return Lateness(late, self.penalty(student_id, score, late))
-
-
-def how_late(seconds: float) -> str:
-    """``2 h 05 min`` / ``12 min`` / ``40 s``: how late, for people."""
-    seconds = int(round(seconds))
-    if seconds < 60:
-        return f"{seconds} s"
-    hours, minutes = divmod(seconds // 60, 60)
-    return f"{hours} h {minutes:02d} min" if hours else f"{minutes} min"
 
 
 # -- the command ------------------------------------------------------------------------------------------
@@ -203,10 +110,6 @@ def parse_received(text: str) -> tuple[str, _dt.datetime]:
 def set_deadlines(db_url: str, chapter: str, due: _dt.datetime | None = None,
                   extensions: list[tuple[str, float]] = ()) -> list[str]:
     """Write the due date and extensions into nbgrader's columns; returns what was done, one line each."""
-    from nbgrader.api import MissingEntry
-
-    from .gradebook import GradebookWriter
-
     done = []
     # The writer opens nbgrader's Gradebook as grading does (a new one made in-process, WAL, clear errors).
     with GradebookWriter(db_url, policy=Policy()) as writer:
@@ -233,9 +136,6 @@ def set_deadlines(db_url: str, chapter: str, due: _dt.datetime | None = None,
 def reapply(course: Course, db_url: str, chapter: str, policy: Policy) -> int:
     """Penalties of notebooks graded before the due date or an extension changed follow the change; the next
     ``grade`` rewrites grades.csv and the report (their up-to-date mark is removed)."""
-    from .discovery import OUTPUTS_STATE
-    from .gradebook import GradebookWriter
-
     with GradebookWriter(db_url, policy=policy) as writer:
         changed = writer.reapply_penalties(chapter)
     (course.grading / OUTPUTS_STATE).unlink(missing_ok=True)
@@ -259,8 +159,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--course", type=Path, metavar="DIR", help="course root (default: this repository)")
     args = parser.parse_args(argv)
     course = Course(args.course) if args.course else Course()
-    from nbgrader.api import MissingEntry
-
     for student, when in args.received:
         try:
             arrival = arrivals.record_received(course, args.chapter, student, when)

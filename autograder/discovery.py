@@ -3,22 +3,22 @@ them, see autograder/learner_files.py), their resume keys, and what the gradeboo
 
 Each recorded notebook carries a key (hash of the submission, its folder's exchange files, its chapter's source
 notebook and the grading code); a run grades only submissions without a matching key. Split out of
-autograder/batch.py (the command), which still exports these names.
+autograder/batch.py (the command).
 """
 from __future__ import annotations
 
-import hashlib
 import importlib
 import importlib.util
-import json
 import os
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import attention_course
+
 from . import arrivals, learner_files
+from .digests import framed_sha256
 from .results import GradingResult
-from .course import Course
 
 ENGINE_MODULE = "autograder.isolation"
 
@@ -102,22 +102,22 @@ def discover(submitted: Path, chapters: list[str], course_files: set | None = No
     return tasks
 
 
-def attach_arrivals(tasks: list[Task], ledger: arrivals.Ledger, contents: dict) -> None:
+def submission_digest(task: Task) -> str | None:
+    """The submitted notebook's digest (autograder/arrivals.py's: what an arrival record binds), or None when
+    there is none to grade. One notebook's bytes at a time: a class of learners with notebooks of up to
+    intake.MAX_NOTEBOOK_BYTES each is never held at once."""
+    content = submission_bytes(task)
+    return None if content is None else arrivals.notebook_digest(content)
+
+
+def attach_arrivals(tasks: list[Task], ledger: arrivals.Ledger, digests: dict) -> None:
     """Each task's recorded arrival (autograder/arrivals.py): the latest record of its learner and chapter that
-    holds exactly the notebook graded (``contents``: id(task) -> its bytes). None when there is none; an
-    arrival's flags (an owner mismatch at collect) join the task's."""
+    holds exactly the notebook graded (``digests``: id(task) -> :func:`submission_digest`). None when there is
+    none; an arrival's flags (an owner mismatch at collect) join the task's."""
     for task in tasks:
-        task.arrival = ledger.arrival_of(task.student, task.chapter, Path(task.path).name, contents.get(id(task)))
+        task.arrival = ledger.arrival_of(task.student, task.chapter, Path(task.path).name, digests.get(id(task)))
         if task.arrival is not None:
             task.flags = [*task.flags, *task.arrival.flags]
-
-
-def _sha(*parts: bytes) -> str:
-    h = hashlib.sha256()
-    for part in parts:
-        h.update(len(part).to_bytes(8, "little"))
-        h.update(part)
-    return h.hexdigest()
 
 
 def grading_sources() -> list[Path]:
@@ -125,8 +125,6 @@ def grading_sources() -> list[Path]:
     anywhere in them regrades every submission: regrading is cheaper than proving a change harmless, and no
     import graph is followed, so nothing is missed), plus the engine module when a test or benchmark swaps in
     one from elsewhere (``AUTOGRADER_ENGINE``)."""
-    import attention_course
-
     files = set()
     for package_dir in (Path(attention_course.__file__).parent, Path(__file__).parent):
         files.update(p for p in package_dir.rglob("*.py") if "__pycache__" not in p.parts)
@@ -138,12 +136,14 @@ def grading_sources() -> list[Path]:
 
 def grading_code_hash() -> str:
     root = Path(__file__).resolve().parent.parent
-    return _sha(*(str(p.resolve().relative_to(root) if p.resolve().is_relative_to(root) else p.name).encode()
-                  + b"\0" + p.read_bytes() for p in grading_sources()))
+    return framed_sha256(*(str(p.resolve().relative_to(root) if p.resolve().is_relative_to(root) else p.name).encode()
+                           + b"\0" + p.read_bytes() for p in grading_sources()))
 
 
 def submission_bytes(task: Task) -> bytes | None:
     """The submitted notebook's bytes (bounded, never through a link), or None when there is none to grade."""
+    # Here: autograder/intake.py loads nbformat (0.3 s), which a run with nothing to grade must not pay for; it
+    # imports nothing of the pipeline (no cycle: tests/test_import_graph.py).
     from .intake import MAX_NOTEBOOK_BYTES
 
     if task.refusal:
@@ -154,14 +154,13 @@ def submission_bytes(task: Task) -> bytes | None:
         return None  # too large or unreadable: the engine gives the reason
 
 
-def submission_key(task: Task, source_bytes: bytes, code_hash: str, limits_repr: str,
-                   content: bytes | None = None) -> str:
-    if content is None:
-        content = submission_bytes(task)
-    return _sha(b"attention-course-grade-v2", code_hash.encode(), limits_repr.encode(), task.chapter.encode(),
-                os.fsencode(Path(task.path).name), source_bytes,
-                b"<missing>" if content is None else content, task.folder_digest.encode(),
-                (task.arrival.key() if task.arrival else "<no arrival>").encode())[:40]
+def submission_key(task: Task, source_bytes: bytes, code_hash: str, limits_repr: str, digest: str | None) -> str:
+    """The resume key: the submission (``digest``: :func:`submission_digest`), its name, its folder's exchange
+    files and findings, its recorded arrival, its chapter's source, the grading code and the limits."""
+    return framed_sha256(b"attention-course-grade-v3", code_hash.encode(), limits_repr.encode(), task.chapter.encode(),
+                         os.fsencode(Path(task.path).name), source_bytes,
+                         b"<missing>" if digest is None else digest.encode(), task.folder_digest.encode(),
+                         (task.arrival.key() if task.arrival else "<no arrival>").encode())[:40]
 
 
 def recorded_keys(db_url: str) -> dict[tuple[str, str], str] | None:
@@ -193,29 +192,6 @@ def recorded_keys(db_url: str) -> dict[tuple[str, str], str] | None:
             return {}
         return None  # locked for longer than the timeout, or something else: let the writer decide
     return {(st, ch): key for st, ch, key in rows}
-
-
-def outputs_digest(done: dict[tuple[str, str], str]) -> str:
-    """What grades.csv, grades_by_exercise.csv and the class report were last written from."""
-    return _sha(*(f"{st}\0{ch}\0{key}".encode() for (st, ch), key in sorted(done.items())))
-
-
-OUTPUTS_STATE = ".outputs-state.json"
-
-
-def outputs_current(course: Course, done: dict[tuple[str, str], str], report: bool) -> bool:
-    state = course.grading / OUTPUTS_STATE
-    wanted = [course.grading / "grades.csv", course.grading / "grades_by_exercise.csv"]
-    if report:
-        from .report import REPORT_NAME
-
-        wanted.append(course.grading / "reports" / REPORT_NAME)
-    try:
-        recorded = json.loads(state.read_text())
-    except (OSError, ValueError):
-        return False
-    return (all(p.is_file() for p in wanted) and recorded.get("digest") == outputs_digest(done)
-            and (recorded.get("report") or not report))
 
 
 def failed_result(task: Task, reason: str) -> GradingResult:

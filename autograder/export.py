@@ -29,7 +29,7 @@ is exported, exactly as ``nbgrader export`` would count it. Formats (files under
 
 Every score is after the chapter's late penalty (nbgrader's ``late_submission_penalty``, see
 ``autograder/deadlines.py``), as ``nbgrader export``'s ``score`` column is. A submission *held for the
-instructor* (a due date is set and no arrival time is recorded: ``deadlines.held``) has no final score: its
+instructor* (a due date is set and no arrival time is recorded: ``late_policy.held``) has no final score: its
 cell is empty in every format (Canvas leaves that grade unchanged, even with ``--missing zero``), ``long``
 gives it the status ``held`` and an empty ``late_penalty``, and ``wide``'s totals leave it out.
 
@@ -58,8 +58,12 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .course import Course
-from .deadlines import held
+from nbgrader.api import Gradebook
+from sqlalchemy import inspect, select
+
+from .course import COURSE_ID, Course
+from .gradebook import RESULTS
+from .late_policy import held
 
 FORMATS = {"canvas": "canvas_grades.csv", "long": "grades_long.csv", "wide": "grades_wide.csv"}
 CANVAS_IDENTITY = ["Student", "ID", "SIS User ID", "SIS Login ID", "Section"]
@@ -86,11 +90,6 @@ class Grades:
 
 
 def read_grades(db_url: str, chapters: list[str] | None = None) -> Grades:
-    from nbgrader.api import Gradebook
-    from sqlalchemy import inspect, select
-
-    from .gradebook import COURSE_ID, RESULTS
-
     with Gradebook(db_url, course_id=COURSE_ID) as gb:
         names = [a.name for a in gb.assignments]
         order = [c for c in (chapters or sorted(names)) if c in names]

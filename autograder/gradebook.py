@@ -7,7 +7,8 @@ working on it. For every graded notebook we store, in ONE transaction:
 - the student, the submission and the submitted notebook (nbgrader's rows, created as nbgrader's own
   ``add_submission`` would: one ``Grade`` per grade cell, one ``Comment`` per solution cell);
 - ``Grade.auto_score`` of every graded test cell (manual scores an instructor entered are kept);
-- ``SubmittedNotebook.flagged`` when the grader flagged the notebook (edited/deleted/duplicated test cells...),
+- ``SubmittedNotebook.flagged`` when the grader flagged the notebook (edited/deleted/duplicated test cells...)
+  or suspects it (a result's ``suspicions``: a copy of the course's hidden tests, for the instructor only),
   and the flags and the reason of a zero as the autograder comment of the first solution cell, which
   formgrader and generated feedback show;
 - one row of our own table ``autograder_result`` (student, chapter, the resume key, status, reason, flags,
@@ -39,11 +40,11 @@ from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 from attention_course.cells import grade_id, nbgrader_meta
 
 from . import new_gradebook
-from .deadlines import HELD
+from .course import COURSE_ID
+from .late_policy import HELD, Policy
 from .results import GradingResult, Late
 
 # Must match c.CourseDirectory.course_id in autograder/nbgrader_config.py.
-COURSE_ID = "attention-from-scratch"
 
 _meta = MetaData()
 RESULTS = Table(
@@ -129,6 +130,13 @@ def retrying(action, before_retry=None):
             time.sleep(min(2.0, 0.05 * 2 ** attempt) * (0.5 + random.random()))
 
 
+def flagged_by_grader(result: GradingResult) -> bool:
+    """What makes formgrader show a notebook flagged, besides a hold: the grader's flags (the learner sees them
+    too) and its suspicions (issue 41, class 4: a suspected copy of the hidden tests is evidence the instructor
+    must see; the learner does not)."""
+    return bool(result.flags or result.suspicions)
+
+
 class GradebookWriter:
     """The one writer of a batch run. Use as a context manager."""
 
@@ -160,8 +168,6 @@ class GradebookWriter:
     @property
     def policy(self):
         if self._policy is None:
-            from .deadlines import Policy
-
             self._policy = Policy.for_course()
         return self._policy
 
@@ -295,11 +301,11 @@ class GradebookWriter:
                         comment.auto_comment = note
                 # As nbgrader's AssignLatePenalties: the score (manual scores and extra credit included),
                 # the lateness of the submission against its due date plus extension, the course's plugin;
-                # with no arrival time while a due date is set, the whole score withheld (deadlines.held).
+                # with no arrival time while a due date is set, the whole score withheld (late_policy.held).
                 score = sum(_grade_score(g) for g in grades.values())
                 late = self.policy.lateness(student_id, score, sub.timestamp, assignment.duedate, sub.extension)
                 subnb.late_submission_penalty = late.penalty
-                subnb.flagged = bool(result.flags) or late.held
+                subnb.flagged = flagged_by_grader(result) or late.held
                 solution_cells = sorted(notebook.solution_cells, key=lambda c: c.name)
                 if late.held and solution_cells:  # where formgrader shows the autograder's comment
                     comment_of(solution_cells[0].id).auto_comment = " ".join(
@@ -336,7 +342,7 @@ class GradebookWriter:
         return sorted(rows, key=lambda r: (r.chapter, r.student))
 
     def lateness_of(self, student_id: str, chapter: str, timestamp, score: float):
-        """How late this submission is and what it costs (deadlines.Lateness), before it is recorded: the
+        """How late this submission is and what it costs (late_policy.Lateness), before it is recorded: the
         chapter's due date and the learner's extension as the gradebook has them now."""
         s = self.session
         assignment = s.execute(select(Assignment).filter_by(name=chapter)).scalar_one_or_none()
@@ -349,11 +355,11 @@ class GradebookWriter:
 
     def lateness(self, chapters: list[str] | None = None) -> dict[tuple[str, str], Late]:
         """{(student, chapter): Late} of every submission, from nbgrader's columns: seconds late, points lost,
-        whether it is held (deadlines.held) and its recorded arrival time."""
+        whether it is held (late_policy.held) and its recorded arrival time."""
         from sqlalchemy.orm import selectinload
 
         # a few queries in all, not some per submission (results() runs this for the whole class; the grades give
-        # the score deadlines.held needs)
+        # the score late_policy.held needs)
         query = select(SubmittedAssignment).join(Assignment).options(
             selectinload(SubmittedAssignment.notebooks).selectinload(SubmittedNotebook.grades),
             selectinload(SubmittedAssignment.assignment))
@@ -376,8 +382,8 @@ class GradebookWriter:
         def action():
             s, changed = self.session, 0
             # flagged as grading left it (our row's flags), plus held: a hold the change lifts unflags it
-            flagged = {st: flags not in (None, "", "[]") for st, flags in s.execute(
-                select(RESULTS.c.student, RESULTS.c.flags).where(RESULTS.c.chapter == chapter))}
+            flagged = {row.student: flagged_by_grader(GradingResult.from_row(row)) for row in s.execute(
+                select(RESULTS).where(RESULTS.c.chapter == chapter)).mappings()}
             for sub in s.execute(select(SubmittedAssignment).join(Assignment)
                                  .where(Assignment.name == chapter)).scalars():
                 for subnb in sub.notebooks:

@@ -61,6 +61,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Callable
 
 import nbformat
 
@@ -78,6 +79,9 @@ from .trusted import feedback_html  # noqa: F401 - part of this module's interfa
 
 ENGINE_VERSION = "isolation-8"  # 8: expected values that move with the parameters stay in the kernel
 SEED_BASES = (GRADING_SEED_BASE, 2_000_029)  # the grading seed (Checks' too), and the one the reference is re-run with
+# The stages Engine(on_stage=...) reports for each notebook (see Engine).
+STAGES = ("read + repair", "fork + job transfer", "sandbox setup + kernel start + teardown", "cell execution",
+          "decision", "reference profile", "engine other")
 
 
 @dataclass
@@ -172,11 +176,28 @@ def build_profiles(course_root: Path, chapters: list[str], limits: "Limits | Non
 
 
 class Engine:
-    """A warm zygote plus the trusted decision. Use as a context manager; one grade() at a time."""
+    """A warm zygote plus the trusted decision. Use as a context manager; one grade() at a time.
 
-    def __init__(self, course_root: Path, limits: Limits = Limits()):
+    ``on_stage(name, seconds)``, if given, is called at the end of every :meth:`grade`, once per stage of that
+    notebook, in the order the stages first ran (how ``benchmarks/timed_engine.py`` times grading; no stage is
+    timed without it). The stages (:data:`STAGES`), summed over the notebook's sandbox jobs:
+
+    - ``read + repair``: reading the submission (intake) and rebuilding its structure from the source;
+    - ``fork + job transfer``: the round trip to the zygote minus what the sandbox's monitor measured itself;
+    - ``sandbox setup + kernel start + teardown``: the monitor's time minus its cells';
+    - ``cell execution``: the cells, as the kernel timed them (the learner's process: a figure that is not a
+      duration counts as 0, and the sum is capped at the monitor's time);
+    - ``decision``: the trusted decision of every graded cell;
+    - ``reference profile``: building the chapter's profile, only when :meth:`grade` had to (not cached);
+    - ``engine other``: the rest of :meth:`grade` (profile lookup, merging outputs, JSON conversion).
+    """
+
+    def __init__(self, course_root: Path, limits: Limits = Limits(),
+                 on_stage: Callable[[str, float], None] | None = None):
         self.course = Course(course_root)
         self.limits = limits
+        self.on_stage = on_stage
+        self._clock: dict[str, float] | None = None  # seconds per stage of the grade() under way, with on_stage
         self.isolation: dict = {}  # the level the zygote reached: {"level", "label", "lacks", ...}
         self.reachable: list[str] = []
         self._proc: subprocess.Popen | None = None
@@ -277,6 +298,7 @@ class Engine:
     def _run(self, job: dict, warm_first: bool = False) -> dict:
         """Send one job to the zygote (a fresh monitor + kernel); the monitor's report. ``warm_first``: the zygote
         makes every lazy import first, so that none is charged to the job (a memory budget's)."""
+        round_trip = time.perf_counter()
         with self._lock:
             self.start()
             proc = self._proc
@@ -302,7 +324,23 @@ class Engine:
                 raise GraderError(f"the sandbox zygote exited; log: {tail}")
             out = sandbox.read_report(report, raw)
             self._make_warm(proc, out.pop("warm", ()))  # what this kernel imported lazily, made once for the next
+            if self._clock is not None:
+                self._time_job(out, time.perf_counter() - round_trip)
             return out
+
+    def _time_job(self, report: dict, round_trip: float) -> None:
+        """Split one job's round trip into the sandbox stages (on_stage): the monitor's own seconds are the trusted
+        side's; the cells' are the kernel's, so they are read as numbers only and capped at the monitor's."""
+        inside = min(_duration(report.get("seconds")), round_trip)
+        cells = report.get("cells") if isinstance(report.get("cells"), dict) else {}
+        executing = min(inside, sum(_duration(c.get("seconds")) for c in cells.values() if isinstance(c, dict)))
+        self._add_stage("fork + job transfer", round_trip - inside)
+        self._add_stage("sandbox setup + kernel start + teardown", inside - executing)
+        self._add_stage("cell execution", executing)
+
+    def _add_stage(self, name: str, seconds: float) -> None:
+        if self._clock is not None:
+            self._clock[name] = self._clock.get(name, 0.0) + seconds
 
     def _make_warm(self, proc: subprocess.Popen, names) -> None:
         """Ask the zygote to make those of ``names`` that are lazy imports it knows (runner.WARM_UPS) and has not
@@ -336,7 +374,13 @@ class Engine:
         if prof is not None:
             self._profiles[chapter] = prof
             return prof
-        prof = self._build_profile(chapter, digest)
+        clock, self._clock = self._clock, None  # its sandbox jobs are the profile's, not the notebook's stages
+        started = time.perf_counter()
+        try:
+            prof = self._build_profile(chapter, digest)
+        finally:
+            self._clock = clock
+        self._add_stage("reference profile", time.perf_counter() - started)
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(f".tmp{os.getpid()}")
         tmp.write_text(json.dumps(prof))
@@ -504,6 +548,8 @@ class Engine:
 
     def grade(self, chapter: str, submission: Path, student: str) -> GradingResult:
         started = time.monotonic()
+        timed = time.perf_counter()
+        self._clock = {} if self.on_stage is not None else None
         base = {"student": student, "chapter": chapter, "isolation": self.isolation.get("label", "")}
         try:
             result = self._grade(chapter, Path(submission), base)
@@ -511,7 +557,13 @@ class Engine:
             result = self._unscored(chapter, base, "failed", f"grader error: {exc}")
         except Exception as exc:  # noqa: BLE001 - one notebook must never stop a batch
             result = self._unscored(chapter, base, "failed", f"grader error: {type(exc).__name__}: {exc}")
-        return result.replace(seconds=round(time.monotonic() - started, 3))
+        result = result.replace(seconds=round(time.monotonic() - started, 3))
+        clock, self._clock = self._clock, None
+        if clock is not None:
+            clock["engine other"] = max(0.0, time.perf_counter() - timed - sum(clock.values()))
+            for name, seconds in clock.items():
+                self.on_stage(name, seconds)
+        return result
 
     def _graded_cells(self, chapter: str) -> list[tuple[str, float]]:
         source = nbformat.read(self.course.source_notebook(chapter), as_version=4)
@@ -542,10 +594,13 @@ class Engine:
         src_path = self.course.source_notebook(chapter)
         if not src_path.is_file():
             raise GraderError(f"unknown chapter {chapter!r}")
+        started = time.perf_counter()
         try:
             nb, intake_flags = intake.read_submission(submission, chapter)
         except intake.Unusable as exc:
             return self._unscored(chapter, base, "zero", str(exc))
+        finally:
+            self._add_stage("read + repair", time.perf_counter() - started)
         source = nbformat.read(src_path, as_version=4)
         release_path = self.course.release_notebook(chapter)
         release = nbformat.read(release_path, as_version=4) if release_path.is_file() else None
@@ -556,7 +611,9 @@ class Engine:
         copied = learner_files.copied_hidden_run((c.source for c in nb.cells), self._hidden_runs(chapter, source))
         suspicions = (learner_files.suspicion(copied),) if copied else ()
         prof = self.profile(chapter)
+        started = time.perf_counter()
         fixed = structure.repair(nb, source, release)
+        self._add_stage("read + repair", time.perf_counter() - started)
         # The chapter's own demo cells, left as released, are skipped as in the reference run: they draw figures
         # or train illustrations (most of a notebook's time) and no graded check reads them. A cell the learner
         # wrote or changed still runs.
@@ -573,8 +630,17 @@ class Engine:
             return self._unscored(chapter, base, "zero", str(report.get("reason", "kernel died")),
                                   learner_said=report.get("learner_said") or (), **found)
         leaks = trusted.LeakFilter([c.source for c in source.cells if is_graded_test(c) and trusted.is_hidden(c.source)])
+        started = time.perf_counter()
         decided = _decide(prof, executed, fixed.tests, self._graded_cells(chapter), leaks, self.limits.cell_timeout_s)
+        self._add_stage("decision", time.perf_counter() - started)
         return GradingResult(status="graded", cells=tuple(_add_budget_notes(decided, notes)), **base, **found)
+
+
+def _duration(value) -> float:
+    """Seconds from a sandbox report: a finite, non-negative number, else 0 (the kernel's figures are the learner's)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < float("inf"):
+        return 0.0
+    return float(value)
 
 
 def _clean_output(o) -> dict | None:

@@ -19,19 +19,25 @@ import re
 from collections import Counter, defaultdict
 from pathlib import Path
 
+import nbformat
+
 from attention_course.cells import graded_cells
 
+from .atomic_files import write_atomic
 from .course import Course
+from .late_policy import how_late
+from .output_files import REPORT_NAME
 from .results import GradingResult
+from .safe_output import CSP_META  # no script, no remote resource (issue 24)
+from .similarity import STYLE as similarity_style
+from .submissions import load_mistakes
+from .trusted import NOT_IMPLEMENTED  # the engine's own words for a function that still raises it
 
-REPORT_NAME = "class_report.html"
 LEARNER_SAID = "The notebook's own text (untrusted)"
 
 
 def exercise_order(course: Course, chapters: list[str]) -> dict[str, list[tuple[str, float]]]:
     """{chapter: [(grade_id, points), ...]} in notebook order, from the source notebooks."""
-    import nbformat  # here: importing this module must stay cheap (grade's nothing-to-do check reads REPORT_NAME)
-
     order = {}
     for chapter in chapters:
         path = course.source_notebook(chapter)
@@ -244,8 +250,6 @@ def misconceptions(course: Course, rows: list[GradingResult]) -> list[dict]:
     share a symptom form one group. Other failures are grouped by their first message with the numbers
     taken out, labelled "not in the catalogue". A learner counts once per group. For instructors only: the
     groups name learners."""
-    from .submissions import load_mistakes
-    from .trusted import NOT_IMPLEMENTED  # the engine's own words for a function that still raises it
 
     groups: dict[tuple, dict] = {}
     catalogues = {}
@@ -358,9 +362,7 @@ def render(course: Course, rows: list[GradingResult], failures: list[dict] | Non
                  "shown to the learner: a reason to look at the notebook, not proof.</p>"
                  + (_table(["student", "chapter", "score", "suspicion"], suspected) if suspected else "<p>None.</p>"))
     late = [r for r in rows if r.late_seconds > 0]
-    if late:  # nbgrader's columns, written by the gradebook writer with the course's policy (autograder/deadlines.py)
-        from .deadlines import how_late
-
+    if late:  # nbgrader's columns, written by the gradebook writer with the course's policy (autograder/late_policy.py)
         body = [[esc(r.student), esc(r.chapter), esc(how_late(r.late_seconds)), f"{r.penalty:g}",
                  f"{max(0.0, r.score - r.penalty):g} / {r.max_score:g}", esc(r.late.arrived), esc(r.late.claimed)]
                 for r in sorted(late, key=lambda r: (r.chapter, -r.late_seconds, r.student))]
@@ -374,7 +376,7 @@ def render(course: Course, rows: list[GradingResult], failures: list[dict] | Non
         parts.append("<h2>Late submissions</h2><p>None.</p>")
     held = [[esc(r.student), esc(r.chapter), f"{r.score:g} / {r.max_score:g}", esc(r.late.claimed)]
             for r in rows if r.late and r.late.held]
-    if held:  # deadlines.held: a due date and no recorded arrival; the final score is withheld, never "on time"
+    if held:  # late_policy.held: a due date and no recorded arrival; the final score is withheld, never "on time"
         parts.append("<h2>Held for the instructor</h2><p>No arrival time is recorded for these notebooks (not "
                      "collected with <code>python -m autograder collect</code>, or changed since): their final "
                      "score is withheld until you record one with <code>python -m autograder deadlines CHAPTER "
@@ -391,9 +393,8 @@ def render(course: Course, rows: list[GradingResult], failures: list[dict] | Non
                      "learner's words: the grader did not write it and vouches for none of it.</p>"
                      + _table(["student", "chapter", "what", "the notebook's text"], said))
     if similarity is not None:
-        from .similarity import STYLE as similarity_style
-
-        parts.append("<h2>Submissions that look copied</h2><p>Solution cells compared with each other and with the "
+        parts.append("<h2>Submissions that look copied</h2><p>All the code each learner's notebook runs as theirs "
+                     "(their solution cells and any code cells they added) compared with each other's and with the "
                      "published reference, after removing the starter code, comments and names (grading/"
                      "similarity.csv). A high score is a reason to look, not proof: read the lines side by side."
                      f"</p><style>{similarity_style}</style>"
@@ -406,16 +407,11 @@ def render(course: Course, rows: list[GradingResult], failures: list[dict] | Non
              "td,th{border:1px solid #ccc;padding:3px 8px;text-align:left;vertical-align:top;font-size:13px}"
              "th{background:#f0f0f0}.n{color:#888}.fig{overflow-x:auto}.fig img{display:block;margin:0 0 1em}"
              "pre{white-space:pre-wrap;margin:0}q.untrusted{font-family:monospace;background:#fff3f3}")
-    from .safe_output import CSP_META  # no script, no remote resource (issue 24)
-
     return (f"<!DOCTYPE html><html><head><meta charset='utf-8'>{CSP_META}<title>Class report</title>"
             f"<style>{style}</style></head><body>" + "\n".join(parts) + "</body></html>")
 
 
 def write_report(course: Course, rows: list[GradingResult], failures: list[dict] | None = None, similarity=None) -> Path:
     out = course.grading / "reports" / REPORT_NAME
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.tmp")
-    tmp.write_text(render(course, rows, failures, similarity), encoding="utf-8")
-    tmp.replace(out)
+    write_atomic(out, render(course, rows, failures, similarity))
     return out

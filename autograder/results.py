@@ -138,9 +138,9 @@ class Late:
     """How late the submission was and what it cost (autograder/deadlines.py owns the policy)."""
     seconds: float
     penalty: float = 0.0
-    text: str = ""  # deadlines.how_late(seconds)
+    text: str = ""  # late_policy.how_late(seconds)
     policy: str = ""  # the policy in words, for the feedback page
-    held: bool = False  # deadlines.held: no recorded arrival while a due date is set; the final score withheld
+    held: bool = False  # late_policy.held: no recorded arrival while a due date is set; the final score withheld
     arrived: str = ""  # the recorded arrival (autograder/arrivals.py), for people; "" when none
     claimed: str = ""  # the learner's timestamp.txt (their claim, shown beside the arrival, never used)
 

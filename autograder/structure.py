@@ -56,7 +56,7 @@ def _without_nbgrader(cell) -> nbformat.NotebookNode:
     return _cell(cell, {k: v for k, v in cell.get("metadata", {}).items() if k != "nbgrader"})
 
 
-def _notebook(cells: list, metadata: dict) -> nbformat.NotebookNode:
+def unvalidated_notebook(cells: list, metadata: dict) -> nbformat.NotebookNode:
     """A v4 notebook node built without nbformat's validation (which rewrites duplicate ids and warns)."""
     return nbformat.from_dict({"nbformat": 4, "nbformat_minor": 5, "metadata": copy.deepcopy(metadata),
                                "cells": cells})
@@ -181,7 +181,7 @@ def repair(submission: nbformat.NotebookNode, source: nbformat.NotebookNode,
         if c.cell_type == "code":
             c.outputs = []
             c.execution_count = None
-    return Repaired(_notebook(cells, source.metadata), flags, tests)
+    return Repaired(unvalidated_notebook(cells, source.metadata), flags, tests)
 
 
 def _grading_fields(cell) -> tuple:

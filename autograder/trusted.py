@@ -654,7 +654,7 @@ def feedback_html(result: GradingResult) -> str:
         parts.append(f"<p class='late'><strong>Late:</strong> submitted {esc(late.text)} after "
                      f"the due date; {late.penalty:g} points lost, so {after:g} / "
                      f"{result.max_score:g} count (policy: {esc(late.policy)}).</p>")
-    if late and late.held:  # no recorded arrival while a due date is set (deadlines.held): nothing is final yet
+    if late and late.held:  # no recorded arrival while a due date is set (late_policy.held): nothing is final yet
         parts.append("<p class='late'><strong>Held:</strong> your instructor has no record of when this notebook "
                      "arrived; the points below count once they record it.</p>")
     if late and (late.arrived or late.claimed):  # the recorded time, and beside it the learner's own claim

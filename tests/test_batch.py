@@ -286,3 +286,48 @@ def test_nothing_to_grade_starts_no_worker_and_loads_nothing(tmp_path):
     write(course, "bea", submissions.reference(REPO_COURSE, CHAPTER))  # a resubmission: graded, alone
     out, fourth = _stub_run(course, tmp_path / "4.json")
     assert fourth["processed"] == 1 and fourth["up_to_date"] == 3 and fourth["workers_started"] == 1, out[-2000:]
+
+
+@pytest.mark.unit
+def test_the_key_and_arrival_step_holds_one_submission_at_a_time(tmp_path, monkeypatch):
+    """grade digests each submitted notebook (its resume key and the arrival record it is bound to need no more)
+    and lets its bytes go before reading the next: a class of learners with notebooks of up to
+    intake.MAX_NOTEBOOK_BYTES each is never in memory at once. Counted over the notebooks' bytes as read (a fake
+    bounded read that counts how many are alive), up to the gradebook lookup that follows the step."""
+    from autograder import batch, learner_files
+
+    learners = 6
+    for i in range(learners):
+        folder = tmp_path / "submitted" / f"learner{i}" / CHAPTER
+        folder.mkdir(parents=True)
+        (folder / f"{CHAPTER}.ipynb").write_text("{}")
+    live, most, reads = [0], [0], []
+
+    class Counted(bytes):  # a notebook's bytes as read; alive until the last reference to it goes
+        def __del__(self):
+            live[0] -= 1
+
+    real_read = learner_files.read_bounded
+
+    def read_bounded(path, limit, *args, **kwargs):
+        if not str(path).endswith(".ipynb"):
+            return real_read(path, limit, *args, **kwargs)
+        data = Counted(f"notebook {len(reads)} ".encode() * 1024)
+        reads.append(str(path))
+        live[0] += 1
+        most[0] = max(most[0], live[0])
+        return data
+
+    class Stop(Exception):
+        pass
+
+    def recorded_keys(db_url):  # the step after the keys: stop there, nothing is graded
+        raise Stop
+
+    monkeypatch.setattr(learner_files, "read_bounded", read_bounded)
+    monkeypatch.setattr(batch, "recorded_keys", recorded_keys)
+    with pytest.raises(Stop):
+        batch.grade(Course(), [CHAPTER], submitted=tmp_path / "submitted", db_url=f"sqlite:///{tmp_path}/gb.db",
+                    progress=False, log=lambda *a: None)
+    assert len(reads) == learners, "every submission is read for its key"
+    assert most[0] == 1, f"{most[0]} submissions' bytes were held at once"

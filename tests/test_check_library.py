@@ -127,7 +127,7 @@ def test_a_new_kind_with_an_expected_value_is_a_registry_row_and_a_verdict(monke
     def at_most(got, bound, hint=""):  # what would go into verdicts.py
         if not isinstance(got, (int, float)) or isinstance(got, bool):
             return verdicts.Verdict(False, f"expected a number, got {type(got).__name__}")
-        return verdicts.PASS if got <= bound else verdicts._fail("the value is too large", hint)
+        return verdicts.PASS if got <= bound else verdicts.fail("the value is too large", hint)
 
     row = kinds.Kind("at_most", ("got", "bound"), lambda got, p, ref: at_most(got, p["bound"], p.get("hint", "")),
                      "{check_id}: small enough", expected="bound")

@@ -15,9 +15,10 @@ from nbgrader.api import Gradebook
 from traitlets.config import Config
 
 from autograder import export, submissions
-from autograder.course import Course
-from autograder.deadlines import PerHourPenalty, Policy, how_late, set_deadlines
-from autograder.gradebook import COURSE_ID, GradebookWriter
+from autograder.course import COURSE_ID, Course
+from autograder.deadlines import PerHourPenalty, set_deadlines
+from autograder.gradebook import GradebookWriter
+from autograder.late_policy import Policy, how_late
 from autograder.results import GradingResult
 
 DUE = dt.datetime(2026, 12, 1, 12, 0, 0)
@@ -163,6 +164,31 @@ def test_writer_stores_penalties_and_exports_carry_them(tmp_path):
         assert not [r for r in w.results([ch]) if r.late.held or r.penalty]
     with Gradebook(db, course_id=COURSE_ID) as gb:
         assert not [s.student_id for s in gb.assignment_submissions(ch) if any(n.flagged for n in s.notebooks)]
+
+
+@pytest.mark.unit
+def test_a_suspected_notebook_shows_flagged_in_formgrader(tmp_path):
+    """A result's suspicions (issue 41, class 4: a copy of the course's hidden tests) are the instructor's evidence:
+    formgrader shows the notebook flagged, as it shows the grader's flags, and it stays flagged when the penalties
+    are recomputed; the learner-facing flags stay empty."""
+    course, ch = Course(), "03_scoring_functions"
+    db = "sqlite:///" + str(tmp_path / "gradebook.db")
+    suspected = _result(course, "ada", ch, 99).replace(
+        suspicions=("the notebook holds 3 consecutive lines of the course's hidden tests",))
+    with GradebookWriter(db, policy=_policy()) as w:
+        w.register_chapter(ch, nbformat.read(course.source_notebook(ch), as_version=4))
+        w.write_result(suspected, key="k", timestamp=None)
+        w.write_result(_result(course, "bea", ch, 99), key="k", timestamp=None)
+        assert {r.student: r.flags for r in w.results([ch])} == {"ada": (), "bea": ()}
+
+    def flagged():
+        with Gradebook(db, course_id=COURSE_ID) as gb:
+            return [s.student_id for s in gb.assignment_submissions(ch) if any(n.flagged for n in s.notebooks)]
+
+    assert flagged() == ["ada"]
+    with GradebookWriter(db, policy=_policy()) as w:
+        w.reapply_penalties(ch)
+    assert flagged() == ["ada"], "recomputing the penalties keeps a suspicion's flag"
 
 
 @pytest.mark.unit
@@ -435,6 +461,7 @@ def test_an_arrival_is_bound_to_the_notebook_it_saw(tmp_path):
         f.write(b'{"v": 1, "chapter": "ch", "stud')  # a torn last line (a crash while writing)
     ledger = arrivals.Ledger.read(path)
     assert ledger.skipped == 1
+    nb, other = arrivals.notebook_digest(nb), arrivals.notebook_digest(other)  # what grade looks an arrival up by
     assert ledger.arrival_of("ada", "ch", "ch.ipynb", nb).arrived == DUE - dt.timedelta(hours=1), \
         "the same bytes were there at the first observation"
     assert ledger.arrival_of("ada", "ch", "ch.ipynb", other) is None, "a changed notebook has no arrival"

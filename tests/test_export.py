@@ -11,8 +11,8 @@ import nbformat
 import pytest
 
 from autograder import export
-from autograder.course import Course
-from autograder.gradebook import COURSE_ID, GradebookWriter
+from autograder.course import COURSE_ID, Course
+from autograder.gradebook import GradebookWriter
 from autograder.results import CellResult, GradingResult
 
 pytestmark = pytest.mark.unit

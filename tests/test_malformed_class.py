@@ -72,7 +72,7 @@ def test_a_folder_name_becomes_a_printable_id(name, recorded):
 
 @pytest.mark.unit
 def test_ids_are_distinct_and_bounded(tmp_path):
-    from autograder.batch import discover
+    from autograder.discovery import discover
 
     names = [b"a\nb", b"a\\x0ab", b"a\\\\x0ab", b"L" * 255, b"L" * 254 + b"M", b"\xff", b"\\xff"]
     for name in names:

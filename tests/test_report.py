@@ -241,7 +241,7 @@ def test_a_blank_is_not_implemented_and_every_count_says_so(tmp_path):
     report and grades.csv count it the same way, one "scored zero" and no "not gradable"."""
     import csv
 
-    from autograder.batch import Summary
+    from autograder.run_summary import Summary
     from autograder.outputs import write_csv
     from autograder.submissions import load_mistakes
     from autograder.trusted import NOT_IMPLEMENTED

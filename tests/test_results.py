@@ -96,12 +96,12 @@ def test_an_oversized_result_is_refused_before_it_is_parsed(monkeypatch):
 
 
 def test_a_workers_unreadable_result_fails_that_notebook_only():
-    from autograder.backends import _received
+    from autograder.backends import received_result
 
     task = Task("ada", "03_scoring_functions", "/nowhere")
-    assert _received(task, _result().to_wire()) == _result()
+    assert received_result(task, _result().to_wire()) == _result()
     for payload in (b"\x00garbage", json.dumps({"student": "ada"}).encode(), None):
-        got = _received(task, payload)
+        got = received_result(task, payload)
         assert got.status == "failed" and got.student == "ada" and "could not be read" in got.reason, payload
 
 

@@ -454,7 +454,7 @@ def test_grade_goes_on_when_the_check_stops(tmp_path, monkeypatch):
     """`grade` with the stage's memory budget below what its child needs to start: every notebook is graded, the
     run ends as usual, and the check's failure is a line of grade's output and of the class report."""
     from autograder.batch import grade
-    from autograder.report import REPORT_NAME
+    from autograder.output_files import REPORT_NAME
 
     course = _class(tmp_path, {})
     monkeypatch.setenv("AUTOGRADER_ENGINE", "tests.stub_engine")

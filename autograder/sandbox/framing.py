@@ -17,7 +17,7 @@ import select
 import struct
 import time
 
-_HEADER = struct.Struct(">I")
+HEADER = struct.Struct(">I")  # every frame's length prefix (the monitor and the runner frame raw results with it)
 
 
 class ProtocolError(Exception):
@@ -27,10 +27,10 @@ class ProtocolError(Exception):
 def write_frame(fd: int, obj) -> None:
     data = json.dumps(obj, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode("utf-8",
                                                                                               "surrogatepass")
-    _write_all(fd, _HEADER.pack(len(data)) + data)
+    write_all(fd, HEADER.pack(len(data)) + data)
 
 
-def _write_all(fd: int, data: bytes) -> None:
+def write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
         try:
@@ -69,10 +69,10 @@ def read_exact(fd: int, n: int, deadline: float | None = None) -> bytes | None:
 
 def read_raw_frame(fd: int, max_bytes: int, deadline: float | None = None) -> bytes | None:
     """One frame's bytes, undecoded; None on EOF before a frame. The cap is checked before anything is read."""
-    header = read_exact(fd, _HEADER.size, deadline)
+    header = read_exact(fd, HEADER.size, deadline)
     if header is None:
         return None
-    (size,) = _HEADER.unpack(header)
+    (size,) = HEADER.unpack(header)
     if size > max_bytes:
         raise ProtocolError(f"frame of {size} bytes exceeds the cap of {max_bytes}")
     data = read_exact(fd, size, deadline) if size else b""
@@ -82,7 +82,7 @@ def read_raw_frame(fd: int, max_bytes: int, deadline: float | None = None) -> by
 
 
 def write_raw_frame(fd: int, data: bytes) -> None:
-    _write_all(fd, _HEADER.pack(len(data)) + data)
+    write_all(fd, HEADER.pack(len(data)) + data)
 
 
 def _no_constants(name: str):

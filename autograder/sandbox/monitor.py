@@ -43,7 +43,7 @@ import threading
 import time
 
 from . import jail, runner
-from .framing import (_HEADER, ProtocolError, decode, decode_result, read_exact, read_frame, write_frame,
+from .framing import (HEADER, ProtocolError, decode, decode_result, read_exact, read_frame, write_frame,
                       write_raw_frame)
 from ..learner_text import last_line, one_line, raised_name
 
@@ -105,7 +105,7 @@ def _monitor(job: dict, setup: dict) -> tuple[dict, bytes | None]:
                 try:
                     import builtins
 
-                    builtins.__dict__.update(runner._PRISTINE)
+                    builtins.__dict__.update(runner.PRISTINE_BUILTINS)
                     import traceback as _tb
 
                     where = "".join(_tb.format_exception(exc)[-3:])[-1500:]
@@ -250,10 +250,10 @@ def _read_frames(res_r: int, deadline: float, cap: int) -> dict:
     got = {"done": None, "last_cell": None, "abort": "", "protocol": "", "timed_out": False}
     while True:
         try:
-            header = read_exact(res_r, _HEADER.size, deadline)
+            header = read_exact(res_r, HEADER.size, deadline)
             if header is None:
                 return got
-            (size,) = _HEADER.unpack(header)
+            (size,) = HEADER.unpack(header)
             if size > cap:
                 got["protocol"] = f"frame of {size} bytes exceeds the cap of {cap}"
                 return got

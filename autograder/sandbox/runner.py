@@ -17,7 +17,7 @@ import time
 
 from autograder.intake import MAX_DEPTH, clean_json
 
-from .framing import _HEADER, _write_all, write_frame
+from .framing import HEADER, write_all, write_frame
 
 RECORD_MIME = "application/vnd.attention-course.check+json"
 
@@ -343,7 +343,7 @@ def _seed(seed: int, torch_seed, np_seed, py_seed) -> None:
 
 import builtins as _builtins_module
 
-_PRISTINE = dict(_builtins_module.__dict__)  # taken when the zygote imports this module: before any learner
+PRISTINE_BUILTINS = dict(_builtins_module.__dict__)  # taken when the zygote imports this module: before any learner
 
 
 class _PristineBuiltins:
@@ -353,7 +353,7 @@ class _PristineBuiltins:
 
     def __init__(self):
         self.module = _builtins_module
-        self.pristine = _PRISTINE
+        self.pristine = PRISTINE_BUILTINS
 
     def __enter__(self):
         self.saved = dict(self.module.__dict__)
@@ -440,7 +440,7 @@ def run_cells(job: dict, res_fd: int) -> None:
         else:
             data = json.dumps({"done": True, "cells": {}, "truncated": capture.truncated})
         raw = data.encode("utf-8", "surrogatepass")
-        _write_all(res_fd, _HEADER.pack(len(raw)) + raw)
+        write_all(res_fd, HEADER.pack(len(raw)) + raw)
 
 
 
