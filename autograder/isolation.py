@@ -472,7 +472,7 @@ class Engine:
         every expected value in the kernel, and checked again; one that still fails is a grader error.
         """
         keep = [c for c in source.cells if is_graded_run(c)]
-        nb = structure._notebook(keep, source.metadata)
+        nb = structure.unvalidated_notebook(keep, source.metadata)
         tests = {grade_id(c): i for i, c in enumerate(nb.cells) if is_graded_test(c)}
         points = [(gid, 1.0) for gid in tests]
         for attempt in range(2):
