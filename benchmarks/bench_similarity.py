@@ -1,4 +1,4 @@
-"""How long the similarity check takes for a large class: ``python benchmarks/bench_similarity.py [N]``.
+"""How long the similarity check takes for a large class: ``python benchmarks/bench_similarity.py [N] [--smoke]``.
 
 N learners (default 500) of chapter 1, each submitting a random mix of the independently written solutions of
 tests/similarity_corpus.py, a tenth of them disguised copies of another learner. Prints the seconds for
@@ -6,8 +6,9 @@ normalising and fingerprinting, and for the comparison through the fingerprint i
 measured in the same run, the seconds a naive all-pairs comparison of the same fingerprint sets takes.
 With twelve variants per function, random mixes often coincide, so this class has far more genuinely
 similar pairs than a real one: it is a worst case for the index (many shared fingerprints), not a model of
-how many pairs a class reports.
+how many pairs a class reports. ``--smoke``: the smallest size, 20 learners (tests/test_benchmarks.py runs it).
 """
+import argparse
 import random
 import sys
 import time
@@ -24,7 +25,15 @@ from tests.test_similarity import CELLS, CHAPTER, disguise, learner_notebook  # 
 from tests.similarity_corpus import FUNCTIONS  # noqa: E402
 
 
-def main(n: int = 500) -> None:
+SMOKE_LEARNERS = 20
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("n", type=int, nargs="?", default=500, help="learners (default 500)")
+    parser.add_argument("--smoke", action="store_true", help=f"the smallest size: {SMOKE_LEARNERS} learners")
+    args = parser.parse_args(argv)
+    n = SMOKE_LEARNERS if args.smoke else args.n
     rng = random.Random(0)
     course = Course()
     release = nbformat.read(course.release_notebook(CHAPTER), as_version=4)
@@ -55,7 +64,8 @@ def main(n: int = 500) -> None:
     print(f"{n} learners x {CHAPTER}: fingerprinting {t1 - t0:.2f} s, indexed comparison {t2 - t1:.2f} s "
           f"(total {t2 - t0:.2f} s); naive all-pairs comparison of the same sets {t3 - t2:.2f} s "
           f"(ratio naive/indexed {(t3 - t2) / max(t2 - t1, 1e-9):.1f}x); {len(pairs)} pairs reported")
+    return 0
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]) if len(sys.argv) > 1 else 500)
+    raise SystemExit(main())

@@ -19,6 +19,10 @@ only owner). Every figure is reported as a ratio against a baseline measured in 
 
     .venv/bin/python benchmarks/efficient_attention.py [--lengths 1024 4096 8192] [--train-lengths 1024 4096]
         [--head-dim 32] [--block-size 512] [--repeats 3] [--tokens 64 256] [--rss] [--threads 1]
+    .venv/bin/python benchmarks/efficient_attention.py --smoke   # the smallest size (tests/test_benchmarks.py)
+
+``--smoke``: T = 256 (one call) and 128 (training), block 64 (so that tiling has several tiles), 4 tokens, one
+repeat; every row and ratio is printed, none of the targets (they are stated at T = 4096 and 8192) applies.
 """
 from __future__ import annotations
 
@@ -36,6 +40,7 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 CHAPTER = "09_efficient_attention"
+SMOKE = {"lengths": [256], "train_lengths": [128], "block_size": 64, "tokens": [4], "repeats": 1}
 TRACKER_CELL = "code-peak-memory"  # the notebook cell that defines naive_attention (the meter is in the setup cell)
 
 
@@ -163,7 +168,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tokens", type=int, nargs="+", default=[64, 256])
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1: comparable across machines)")
     parser.add_argument("--rss", action="store_true", help="also measure peak RSS growth in fresh processes (slow)")
+    parser.add_argument("--smoke", action="store_true", help="the smallest size (sets the lengths, block size, tokens "
+                                                             "and repeats)")
     args = parser.parse_args(argv)
+    if args.smoke:
+        vars(args).update(SMOKE)
     torch.set_num_threads(args.threads)
     ns = chapter_namespace()
     methods = attention_methods(ns, args.block_size)

@@ -19,6 +19,11 @@ The ratio is the extra memory over the control's, in the same run, divided by th
 ``(self + child - (control's self + child)) / size``.
 
     .venv/bin/python benchmarks/intake_memory.py [--tree /tmp/old-in] [--grade-one] [--only meta19,out19]
+    .venv/bin/python benchmarks/intake_memory.py --smoke   # the smallest size (tests/test_benchmarks.py runs it)
+
+``--scale F`` multiplies the four files' sizes (the names keep the full sizes); ``--smoke`` is ``--scale 0.02``
+(0.4 MB and 1 MB files) on the intake step: the ratios of files that small are dominated by the interpreter and say
+little; the smoke run checks that every file is still written and measured.
 """
 from __future__ import annotations
 
@@ -74,8 +79,13 @@ print(json.dumps({"outcome": result["status"] + ": " + (result.get("reason") or 
 """
 
 
-def files(course: Course, folder: Path) -> dict[str, Path]:
-    """The five notebooks, each as ``<folder>/<name>/<chapter>.ipynb``."""
+SMOKE_SCALE = 0.02
+
+
+def files(course: Course, folder: Path, scale: float = 1.0) -> dict[str, Path]:
+    """The five notebooks, each as ``<folder>/<name>/<chapter>.ipynb`` (the four large ones at ``scale`` times their
+    size)."""
+    mb = int(MB * scale)
     control = json.loads(nbformat.writes(submissions.reference(course, CHAPTER)))
     out = {}
 
@@ -88,16 +98,16 @@ def files(course: Course, folder: Path) -> dict[str, Path]:
     write("control", nbformat.writes(nbformat.from_dict(control)).encode())
     meta = dict(control, metadata=dict(control["metadata"], x="@X@"))
     text = json.dumps(meta, indent=1).encode()
-    write("meta19", text.replace(b'"@X@"', b"[" + b"[]," * ((19 * MB - len(text)) // 3) + b"[]]"))
+    write("meta19", text.replace(b'"@X@"', b"[" + b"[]," * ((19 * mb - len(text)) // 3) + b"[]]"))
     outs = json.loads(json.dumps(control))
     outs["cells"][0]["outputs"] = [{"output_type": "stream", "name": "stdout", "text": "@X@"}]
     text = json.dumps(outs, indent=1).encode()
-    write("out19", text.replace(b'"@X@"', b"[" + b'"a",' * ((19 * MB - len(text)) // 4) + b'"a"]'))
+    write("out19", text.replace(b'"@X@"', b"[" + b'"a",' * ((19 * mb - len(text)) // 4) + b'"a"]'))
     long_lines = json.loads(json.dumps(outs))  # honest-looking: 19 MB of output in 1 kB lines, within every budget
-    long_lines["cells"][0]["outputs"][0]["text"] = ["a" * 999 + "\n" for _ in range((19 * MB - len(text)) // 1004)]
+    long_lines["cells"][0]["outputs"][0]["text"] = ["a" * 999 + "\n" for _ in range((19 * mb - len(text)) // 1004)]
     write("long19", json.dumps(long_lines, indent=1).encode())
     text = json.dumps(meta, separators=(",", ":")).encode()
-    write("compact50", text.replace(b'"@X@"', b"[" + b"[]," * ((50 * MB - len(text)) // 3) + b"[]]"))
+    write("compact50", text.replace(b'"@X@"', b"[" + b"[]," * ((50 * mb - len(text)) // 3) + b"[]]"))
     return out
 
 
@@ -120,9 +130,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tree", type=Path, default=ROOT, help="the code tree to measure (default: this one)")
     parser.add_argument("--grade-one", action="store_true", help="also run grade-one on each file (slow)")
     parser.add_argument("--only", default="", help="comma-separated names of the files besides the control")
+    parser.add_argument("--scale", type=float, default=1.0, help="multiply the four files' sizes (default 1)")
+    parser.add_argument("--smoke", action="store_true", help=f"the smallest size: --scale {SMOKE_SCALE}, intake only")
     args = parser.parse_args(argv)
+    if args.smoke:
+        args.scale, args.grade_one = SMOKE_SCALE, False
     with tempfile.TemporaryDirectory(prefix="intake-memory-") as tmp:
-        paths = files(Course(ROOT), Path(tmp))
+        paths = files(Course(ROOT), Path(tmp), args.scale)
         names = ["control"] + [n for n in paths if n != "control" and (not args.only or n in args.only.split(","))]
         steps = [("intake", INTAKE)] + ([("grade-one", GRADE_ONE)] if args.grade_one else [])
         print(f"tree {args.tree}")

@@ -10,11 +10,17 @@ in a throwaway copy of the course, one notebook at a time:
   reported separately from the per-notebook time. Run it as an ordinary account to time the levels it
   reaches without root.
 
-    .venv/bin/python benchmarks/isolation_overhead.py [--chapter 03_scoring_functions] [-n 10]
+    .venv/bin/python benchmarks/isolation_overhead.py [--chapter 03_scoring_functions] [-n 10] [--warm-profiles]
+    .venv/bin/python benchmarks/isolation_overhead.py --smoke   # the smallest size (tests/test_benchmarks.py runs it)
+
+``--warm-profiles`` copies the repository's cached reference profiles (grading/expected) into the throwaway course,
+so the profile time is a cache read. ``--smoke``: 1 submission (the reference), one engine at
+the level this account reaches (``auto``), warm profiles.
 """
 from __future__ import annotations
 
 import argparse
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -27,6 +33,8 @@ sys.path.insert(0, str(ROOT))
 from autograder import submissions  # noqa: E402
 from autograder.course import Course  # noqa: E402
 from autograder.isolation import Engine, GraderError, Limits  # noqa: E402
+
+SMOKE = {"n": 1, "levels": ["auto"], "warm_profiles": True}
 
 
 def nbgrader(course: Course, *args: str) -> None:
@@ -41,12 +49,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--chapter", default="03_scoring_functions")
     parser.add_argument("-n", type=int, default=10, help="number of submissions (default 10)")
     parser.add_argument("--levels", nargs="+", default=["root", "user", "process"],
-                        help="isolation levels to time (those this account cannot reach are reported and skipped)")
+                        help="isolation levels to time (those this account cannot reach are reported and skipped; "
+                             "auto: the strongest it reaches)")
+    parser.add_argument("--warm-profiles", action="store_true",
+                        help="start from the repository's cached reference profiles instead of building them")
+    parser.add_argument("--smoke", action="store_true", help="the smallest size: 1 submission, level auto, warm "
+                                                             "profiles")
     args = parser.parse_args(argv)
+    if args.smoke:
+        vars(args).update(SMOKE)
     chapter = args.chapter
     with tempfile.TemporaryDirectory() as tmp:
         course = Course().copy_to(Path(tmp) / "course")
         course.grading.mkdir(exist_ok=True)
+        if args.warm_profiles and (ROOT / "grading" / "expected").is_dir():
+            shutil.copytree(ROOT / "grading" / "expected", course.grading / "expected", dirs_exist_ok=True)
         nbgrader(course, "generate_assignment", chapter, "--force",
                  f"--CourseDirectory.release_directory={Path(tmp) / 'release_scratch'}")
         notebooks = [("reference", submissions.reference(course, chapter)), ("blank", submissions.blank(course, chapter))]
