@@ -7,15 +7,21 @@ SIGMOD 2003):
 0. **Read the learner's code** (:func:`learner_code`): every code cell of the notebook that grading runs as
    the learner's, decided by the grader's own :func:`autograder.structure.repair`: the solution cells and the
    learner's own added cells, in the order they run; never the test and read-only cells, which grading
-   restores from the course. At most :data:`CODE_CAP` characters per submission are read; a submission with
-   more is cut there and listed ("cut") in ``similarity.csv`` and the class report.
+   restores from the course. All of it is read (the intake bounds it: 1 MiB a cell, 4 MiB a notebook), and at
+   most :data:`TOKEN_CAP` normalised tokens of it are fingerprinted: comments, blank lines, docstrings and
+   dropped no-ops count none, so padding cannot push copied code past the cap. A submission with more is cut
+   there and listed ("cut") in ``similarity.csv`` and the class report.
 1. **Normalise** (:func:`normalise`): one pass of one scanner over each cell (:data:`TOKEN`: a regular
    expression whose every branch either has a bounded length or is a possessive loop that consumes each
    character it looks at once; an unterminated string ends at the end of its line, or of the cell for a
    triple quote), so the work is linear in the text whatever the text is: no Python tokenizer, no fallback,
    no backtracking. Comments, docstrings, blank lines and indentation are dropped, and so are statements
    that do nothing (``pass``, a bare constant, ``name = constant`` for a name the cell never reads,
-   ``x = x``): a copier inserts those to break up shared runs. Every identifier becomes ``V`` and every
+   ``x = x``, a call whose arguments are all literals or names such as ``id(0)``): a copier inserts those to
+   break up shared runs. A string literal of :data:`CODE_STRING` characters or more is also scanned as code,
+   its tokens in place after its ``L`` (one level deep: the text of a string is scanned once more at most), so
+   ``exec("<copied code>")``, ``eval``, ``compile`` or any decoding that keeps the source text in a literal is
+   read as code. Every identifier becomes ``V`` and every
    literal ``L``, except keywords, the names after a dot and keyword-argument names (``x.amax(dim=...)``):
    renaming one's variables changes nothing, while the library calls a learner chose still tell two
    independent solutions apart. Tokens are kept as arrays of 32-bit hashes and line numbers (:class:`Tokens`),
@@ -28,7 +34,14 @@ SIGMOD 2003):
    ``raise NotImplementedError()``, the chapter's demo cells) are removed first, then those of the published
    reference solution (a submission that matches the reference is reported as such, on its own line, instead
    of pairing every learner who copied it), then those that more than :data:`COMMON_SHARE` of the class
-   share (idioms, not copying).
+   share (idioms, not copying). Idioms must not hide copying: a ring of identical copies holds every one of its
+   fingerprints more often than that. So before they are set aside, the common fingerprints are grouped by the
+   exact set of learners holding them (a hash of that set: linear). Learners write idioms among code they each
+   chose, so each idiom is held by another set of learners; a ring holds all its copied code as one set. A set
+   that holds at least :data:`MIN_FINGERPRINTS` fingerprints and :data:`THRESHOLD` of its smallest member's is a
+   :class:`Group` ("group" in ``similarity.csv``, a section of the report). A member who changed a few lines
+   still shares the rest with the ring, so near copies are grouped too. Matching k-grams is evidence, not
+   proof, and a determined rewriter can evade it (calls that do work between statements, say).
 4. **Compare through an index.** ``fingerprint -> learners that have it``; a pair is counted only when it
    shares a fingerprint, so the work is ``O(F + sum over fingerprints of c^2)`` for ``F`` fingerprints in all
    and ``c <= COMMON`` owners each, instead of comparing all ``N^2 / 2`` pairs. A pair's score is its shared
@@ -76,13 +89,20 @@ COMMON_MIN = 8  # ...but never fewer than this many owners (a small class has no
 CSV_NAME = "similarity.csv"
 CSV_FIELDS = ["chapter", "kind", "student_a", "student_b", "score", "shared", "fingerprints_a", "fingerprints_b",
               "note"]
-# Code read per submission, in characters. The course's largest reference solution (chapter 10) has 34 K
-# characters of code in the cells a learner owns (17 K in its solution cells, 17 K in its other code cells), and
-# its whole notebook, tests included, 102 K. 256 K is 7.5 times the first and 2.5 times the second: any work a
-# learner wrote by hand fits; past it is generated or padded text, and reading it would only let one submission
-# spend the stage's budget. Normalising 256 K characters of the scanner's slowest input (one token per
-# character) takes about half a second and 2 MB.
-CODE_CAP = 256 * 1024
+# Code fingerprinted per submission, in normalised tokens: comments, blank lines, indentation and dropped no-ops
+# count none, so padding cannot push copied code past it. The course's largest reference solution (chapter 10)
+# has 7,512 tokens in the cells a learner owns (33,869 characters), and its whole notebook, tests included,
+# 24,740. 64 K tokens is 8.7 times the first and 2.6 times the second: any work a learner wrote by hand fits; past
+# it is generated text, and reading it would only let one submission spend the stage's budget. The raw text is
+# bounded by the intake (1 MiB a cell, 4 MiB a notebook): the scanner reads all of it, linear, measured in
+# autograder/similarity_stage.py.
+TOKEN_CAP = 64 * 1024
+# A string literal this long (quotes and prefix included) is also scanned as code, in place, one level deep:
+# `exec("...")`, `compile`, `eval` or any decoding that keeps the source text in a literal is read as code.
+# Shorter strings cannot hold the W + K - 1 = 17 tokens that a shared run needs to be caught for sure (17 tokens
+# of code is about 40 characters at its tersest, `a=b(c,d)\ne=f(g,h)\n...`), and they are most of a notebook's
+# strings (labels, dtype and device names, short messages): scanning them would only add noise.
+CODE_STRING = 40
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -124,6 +144,9 @@ _COMPOUND = frozenset({"if", "elif", "else", "for", "while", "with", "def", "cla
 _OPEN, _CLOSE = frozenset("([{"), frozenset(")]}")
 # A statement's shape, followed token by token, to drop those that do nothing.
 _START, _PASS, _CONST, _TARGET, _EQ, _EQNAME, _VALUE, _OTHER = range(8)
+# ...and a call statement whose arguments are all literals or names (`id(0)`, `math.floor(x, 2)`): its callee
+# (`_CALLEE`, after a dot `_DOT`), inside its parentheses (`_ARGS`), and closed (`_CALLED`, dropped at its end).
+_CALLEE, _DOT, _ARGS, _CALLED = range(8, 12)
 _MAX_TARGETS = 32  # `a = b = ... = 1`: a longer chain is not treated as a no-op
 
 
@@ -132,13 +155,14 @@ class Tokens:
     every process), ``lines[i]`` (its 1-based line in its cell) and ``starts`` (the index of each cell's first
     token). ``vocab`` maps each distinct text to its hash while it is needed (:meth:`texts`)."""
 
-    __slots__ = ("hashes", "lines", "starts", "vocab")
+    __slots__ = ("hashes", "lines", "starts", "vocab", "cut")
 
     def __init__(self) -> None:
         self.hashes = array("I")
         self.lines = array("i")
         self.starts: list[int] = []
         self.vocab: dict[str, int] = {}
+        self.cut: tuple[int, int] | None = None  # (cell, line) where the cap stopped the reading
 
     def __len__(self) -> int:
         return len(self.hashes)
@@ -156,17 +180,51 @@ def _lines(source: str) -> str:
     return source.replace("\r\n", "\n").replace("\r", "\n")
 
 
-def normalise(cells: list[str]) -> Tokens:
+_ESCAPE = re.compile(r"\\(?:x[0-9a-fA-F]{2}|u[0-9a-fA-F]{4}|U[0-9a-fA-F]{8}|[0-7]{1,3}|[\s\S])")
+_SIMPLE = {"n": "\n", "r": "\n", "t": "\t", "\n": ""}
+
+
+def _unescape(m: re.Match) -> str:
+    e = m.group()[1:]
+    if e in _SIMPLE:
+        return _SIMPLE[e]
+    if e[0] in "xuU" and len(e) > 1:
+        return chr(min(int(e[1:], 16), 0x10FFFF))
+    if e[0] in "01234567":
+        return chr(int(e, 8))
+    return e
+
+
+def string_code(literal: str) -> str:
+    """The text a string literal stands for, as code to scan (:data:`CODE_STRING`): its prefix and quotes
+    removed, escapes decoded unless it is raw (one linear pass; line ends as ``\n``)."""
+    body = literal.lstrip("rRbBuUfF")
+    raw = "r" in literal[:len(literal) - len(body)].lower()
+    q = body[:3] if body[:3] in ('"""', "'''") else body[:1]
+    body = body[len(q):]
+    if body.endswith(q):
+        body = body[:-len(q)]
+    return _lines(body if raw else _ESCAPE.sub(_unescape, body))
+
+
+def normalise(cells: list[str], cap: int | None = None) -> Tokens:
     """The normalised token stream of a submission's code cells (see the module docstring): linear time and
-    8 bytes of memory per token, whatever the cells hold."""
+    8 bytes of memory per token, whatever the cells hold. With ``cap``, at most that many tokens: the cell that
+    passes it is cut there (``tokens.cut``: its index and the line of the first token not kept) and the cells
+    after it are not read."""
     tokens = Tokens()
-    for source in cells:
+    for index, source in enumerate(cells):
         tokens.starts.append(len(tokens.hashes))
         _normalise_cell(_lines(source), tokens)
+        if cap is not None and len(tokens.hashes) > cap:
+            tokens.cut = (index, tokens.lines[cap])
+            del tokens.hashes[cap:]
+            del tokens.lines[cap:]
+            break
     return tokens
 
 
-def _normalise_cell(source: str, tokens: Tokens) -> None:  # noqa: C901 - one pass, one state machine
+def _normalise_cell(source: str, tokens: Tokens, nested: int | None = None) -> None:  # noqa: C901 - one pass
     hashes, lines, vocab = tokens.hashes, tokens.lines, tokens.vocab
     crc = zlib.crc32
 
@@ -195,7 +253,7 @@ def _normalise_cell(source: str, tokens: Tokens) -> None:  # noqa: C901 - one pa
 
     def end(marker: bool) -> None:
         nonlocal stmt_start, shape, targets, compound
-        if shape in (_PASS, _CONST) or (shape == _EQNAME and all(t == value for t in targets)):
+        if shape in (_PASS, _CONST, _CALLED) or (shape == _EQNAME and all(t == value for t in targets)):
             del hashes[stmt_start:]
             del lines[stmt_start:]
         else:
@@ -240,6 +298,10 @@ def _normalise_cell(source: str, tokens: Tokens) -> None:  # noqa: C901 - one pa
                     compound = text in _COMPOUND  # match / case
                 else:
                     shape, compound = _OTHER, text in _COMPOUND
+            elif shape == _DOT:
+                shape = _CALLEE
+            elif shape == _ARGS and (text in _CONSTANTS or text not in _KEYWORDS):
+                pass
             elif shape == _EQ and text in _CONSTANTS:
                 shape, last_string = _VALUE, False
             elif shape == _EQ and text not in _KEYWORDS:
@@ -249,16 +311,24 @@ def _normalise_cell(source: str, tokens: Tokens) -> None:  # noqa: C901 - one pa
         elif kind == "string":
             if shape == _START or shape == _EQ:
                 shape, last_string = (_CONST if shape == _START else _VALUE), True
-            elif not ((shape == _CONST or shape == _VALUE) and last_string):
+            elif not ((shape == _CONST or shape == _VALUE) and last_string) and shape != _ARGS:
                 shape = _OTHER
         elif kind == "number":
-            shape = _CONST if shape == _START else _VALUE if shape == _EQ else _OTHER
+            shape = _CONST if shape == _START else _VALUE if shape == _EQ else _ARGS if shape == _ARGS else _OTHER
             last_string = False
         elif text == "=" and shape == _TARGET:
             shape = _EQ
         elif text == "=" and shape == _EQNAME and len(targets) < _MAX_TARGETS:
             shape = _EQ
             targets.append(value)
+        elif text == "." and (shape == _TARGET or shape == _CALLEE):
+            shape = _DOT
+        elif text == "(" and (shape == _TARGET or shape == _CALLEE) and not depth:
+            shape = _ARGS
+        elif shape == _ARGS and (text == "," or text == "=" or text == "..."):
+            pass
+        elif shape == _ARGS and text == ")" and depth == 1:
+            shape = _CALLED
         elif text == "..." and (shape == _START or shape == _EQ):
             shape, last_string = (_CONST if shape == _START else _VALUE), False
         else:
@@ -270,6 +340,12 @@ def _normalise_cell(source: str, tokens: Tokens) -> None:  # noqa: C901 - one pa
             pending = (text, line, before == _START or before == _EQ, prev == ".")
         elif kind == "string":
             emit("L", line)
+            if nested is None and len(text) >= CODE_STRING:  # it may hold code: exec("..."), compile, eval
+                start = len(hashes)
+                _normalise_cell(string_code(text), tokens, line)
+                if len(hashes) > start:  # code in a literal is never a no-op: exec, eval or a decoder may run it
+                    lines[start:] = array("i", [line]) * (len(hashes) - start)
+                    shape = _OTHER
             line += text.count("\n")
         elif kind == "number":
             emit("L", line)
@@ -381,14 +457,15 @@ def code_view(nb) -> nbformat.NotebookNode:
     return nbformat.from_dict({"nbformat": 4, "nbformat_minor": 5, "metadata": {}, "cells": cells})
 
 
-def learner_code(nb, source, release=None, cap: int | None = CODE_CAP) -> tuple[list[str], list[str], int, int]:
-    """``(labels, sources, characters, cut)``: the code cells grading runs as the learner's, in the order they
-    run, with ``\\n`` line ends. :func:`autograder.structure.repair` decides, as for grading: the solution cells
+def learner_code(nb, source, release=None) -> tuple[list[str], list[str], int]:
+    """``(labels, sources, characters)``: the code cells grading runs as the learner's, in the order they run,
+    with ``\\n`` line ends. :func:`autograder.structure.repair` decides, as for grading: the solution cells
     (labelled with their grade_id) and the learner's own cells (labelled ""), never the test and read-only cells,
-    which grading restores from ``source``. Read up to ``cap`` characters in all; ``cut`` says how many were not
-    read. ``source``, ``release``: the chapter's source and release notebooks (or their :func:`code_view`)."""
+    which grading restores from ``source``. All of it: the intake's budgets bound the text (autograder/intake.py),
+    and :data:`TOKEN_CAP` what is fingerprinted of it. ``source``, ``release``: the chapter's source and release
+    notebooks (or their :func:`code_view`)."""
     fixed = structure.repair(code_view(nb), code_view(source), code_view(release) if release is not None else None)
-    labels, sources, total, kept = [], [], 0, 0
+    labels, sources, total = [], [], 0
     for c in fixed.nb.cells:
         if c.get("cell_type") != "code":
             continue
@@ -398,34 +475,38 @@ def learner_code(nb, source, release=None, cap: int | None = CODE_CAP) -> tuple[
         text = c.get("source", "")
         text = text if isinstance(text, str) else ""
         total += len(text)
-        if cap is not None:
-            text = text[:max(0, cap - kept)]
-        kept += len(text)
         if text:
             gid = grade_id(c) if meta else None
             labels.append(gid if isinstance(gid, str) else "")
             sources.append(_lines(text))
-    return labels, sources, total, total - kept
+    return labels, sources, total
 
 
 @dataclass
 class Submission:
     student: str
-    cells: list[str]  # the learner's code cells (learner_code), read up to CODE_CAP characters
+    cells: list[str]  # the learner's code cells (learner_code); once fingerprinted, those read, to the cap
     labels: list[str] = field(default_factory=list)  # each cell's grade_id, or "" for the learner's own cell
-    characters: int = 0  # the code the submission holds, before the cap
-    cut: int = 0  # characters past the cap, not read
+    characters: int = 0  # the code the submission holds
+    cut: int = 0  # characters of code past the token cap, not read
+    cap: int | None = TOKEN_CAP  # tokens fingerprinted at most (None: all; the course's own notebooks)
     tokens: Tokens | None = None
     found: Fingerprints | None = None
     prints: set[int] = field(default_factory=set)  # its fingerprints, less those removed as everyone's
 
     @classmethod
-    def of(cls, student: str, nb, source, release=None, cap: int | None = CODE_CAP) -> "Submission":
-        labels, cells, characters, cut = learner_code(nb, source, release, cap)
-        return cls(student, cells, labels, characters, cut)
+    def of(cls, student: str, nb, source, release=None, cap: int | None = TOKEN_CAP) -> "Submission":
+        labels, cells, characters = learner_code(nb, source, release)
+        return cls(student, cells, labels, characters, cap=cap)
 
     def fingerprint(self) -> "Submission":
-        self.tokens = normalise(self.cells)
+        self.tokens = normalise(self.cells, self.cap)
+        if self.tokens.cut is not None:  # keep only what was read (the side-by-side shows it)
+            cell, line = self.tokens.cut
+            kept = self.cells[cell].split("\n")[:line - 1]
+            self.cells = [*self.cells[:cell], "\n".join(kept)]
+            self.labels = self.labels[:cell + 1]
+            self.cut = self.characters - sum(len(c) for c in self.cells)
         self.found = fingerprints(self.tokens)
         self.prints = self.found.keys()
         self.tokens.vocab = {}  # only for inspection; a class's worth of them is not kept
@@ -460,6 +541,22 @@ class Pair:
 
 
 @dataclass
+class Group:
+    """Learners who share fingerprints that no other learner has, each too common to count in a pair (held by
+    more than the class's idiom share), and together at least ``score`` of the smallest member's fingerprints."""
+    members: list[Submission]
+    shared: set[int]
+    score: float
+
+    def row(self, chapter: str) -> dict:
+        return {"chapter": chapter, "kind": "group", "student_a": self.members[0].student,
+                "student_b": "; ".join(m.student for m in self.members[1:]), "score": f"{self.score:.2f}",
+                "shared": len(self.shared), "fingerprints_a": min(len(m.prints) for m in self.members),
+                "fingerprints_b": max(len(m.prints) for m in self.members),
+                "note": f"{len(self.members)} learners share these fingerprints, and no other learner does"}
+
+
+@dataclass
 class Note:
     """A submission the check could not read whole: cut at the cap, or not compared (with why, fixed text)."""
     student: str
@@ -472,8 +569,9 @@ class Note:
 
 
 def cut_note(sub: Submission) -> Note:
-    return Note(sub.student, "cut", f"compared its first {sub.characters - sub.cut:,} characters of code of "
-                                    f"{sub.characters:,} (the check reads at most {CODE_CAP:,} per submission)")
+    return Note(sub.student, "cut", f"compared its first {TOKEN_CAP:,} tokens of code, {sub.characters - sub.cut:,} "
+                                    f"characters of {sub.characters:,} (the check reads at most {TOKEN_CAP:,} "
+                                    f"tokens per submission; comments and blank lines count none)")
 
 
 def _score(shared: int, a: Submission, b: Submission) -> float:
@@ -481,11 +579,13 @@ def _score(shared: int, a: Submission, b: Submission) -> float:
 
 
 def compare(subs: list[Submission], starter: Submission, reference: Submission | None = None,
-            threshold: float = THRESHOLD) -> tuple[list[Pair], list[Pair]]:
-    """(pairs at or above ``threshold``, reference matches at or above it), each sorted by score, highest first.
+            threshold: float = THRESHOLD) -> tuple[list[Pair], list[Pair], list[Group]]:
+    """(pairs at or above ``threshold``, reference matches at or above it, groups at or above it), each sorted
+    by score, highest first.
 
     Every submission's fingerprints lose the starter's, then (for the pairs) the reference's and the class's
-    common ones. Fingerprints are computed here if a submission has none yet.
+    common ones; the common ones are first grouped by the exact set of learners that holds them (:class:`Group`).
+    Fingerprints are computed here if a submission has none yet.
     """
     for s in (*subs, starter, *([reference] if reference else [])):
         if s.tokens is None:
@@ -509,6 +609,21 @@ def compare(subs: list[Submission], starter: Submission, reference: Submission |
             for h in s.prints:
                 index[h].append(i)
     common = max(COMMON_MIN, int(COMMON_SHARE * len(subs)))
+    # Before the common fingerprints are set aside as idioms: an idiom is written by many learners who each chose
+    # the rest of their code, so the sets of learners that hold the class's idioms differ from idiom to idiom. A
+    # ring of copies holds all of its copied code as one set: many fingerprints whose owners are exactly the ring.
+    # Keyed by that owner set (a tuple of indexes, built in order: linear in the index's size), so a member who
+    # changed a line still shares the rest with the ring.
+    by_owners: dict[tuple[int, ...], list[int]] = defaultdict(list)
+    for h, owners in index.items():
+        if len(owners) > common:
+            by_owners[tuple(owners)].append(h)
+    groups = []
+    for owners, held in by_owners.items():
+        score = len(held) / max(1, min(len(subs[i].prints) for i in owners))
+        if len(held) >= MIN_FINGERPRINTS and score >= threshold:
+            groups.append(Group([subs[i] for i in owners], set(held), score))
+    by_owners.clear()
     counts: dict[tuple[int, int], set[int]] = defaultdict(set)
     for h, owners in index.items():
         if 2 <= len(owners) <= common:
@@ -521,7 +636,8 @@ def compare(subs: list[Submission], starter: Submission, reference: Submission |
         if score >= threshold:
             pairs.append(Pair(subs[i], subs[j], shared, score))
     key = lambda p: (-p.score, p.a.student, p.b.student)
-    return sorted(pairs, key=key), sorted(matches, key=key)
+    return (sorted(pairs, key=key), sorted(matches, key=key),
+            sorted(groups, key=lambda g: (-g.score, g.members[0].student)))
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -570,9 +686,10 @@ class ChapterResult:
     pairs: list[Pair]
     reference: list[Pair]
     notes: list[Note] = field(default_factory=list)
+    groups: list[Group] = field(default_factory=list)
 
     def rows(self) -> list[dict]:
-        return [*(p.row(self.chapter) for p in (*self.reference, *self.pairs)),
+        return [*(p.row(self.chapter) for p in (*self.reference, *self.groups, *self.pairs)),
                 *(n.row(self.chapter) for n in self.notes)]
 
     def html(self) -> str:
@@ -583,6 +700,12 @@ class ChapterResult:
             out.append("<p>Matching the published reference solution: " + ", ".join(
                 f"{html.escape(p.a.student)} ({p.score:.0%})" for p in self.reference) + "</p>")
         out.append(_notes_html(self.notes))
+        for g in self.groups:
+            out.append(f"<details><summary>A group of {len(g.members)} learners with the same code: "
+                       + ", ".join(html.escape(m.student) for m in g.members)
+                       + f" ({g.score:.0%} of the smallest submission, {len(g.shared)} fingerprints no other learner "
+                       "has; the first two side by side)</summary>"
+                       + side_by_side(Pair(g.members[0], g.members[1], g.shared, g.score)) + "</details>")
         for p in self.pairs:
             out.append(f"<details><summary>{html.escape(p.a.student)} and {html.escape(p.b.student)}: "
                        f"{p.score:.0%} of the shorter submission shared ({len(p.shared)} fingerprints)</summary>"
@@ -592,7 +715,7 @@ class ChapterResult:
     def section(self) -> "Section":
         return Section(self.chapter, self.learners, [p.row(self.chapter) for p in self.pairs],
                        [p.row(self.chapter) for p in self.reference], [n.row(self.chapter) for n in self.notes],
-                       self.html())
+                       self.html(), [g.row(self.chapter) for g in self.groups])
 
 
 def check_submissions(chapter: str, subs: list[Submission], release_nb, reference_nb=None,
@@ -603,10 +726,10 @@ def check_submissions(chapter: str, subs: list[Submission], release_nb, referenc
     starter = Submission.of("(release)", release_nb, source, release_nb, cap=None)
     reference = Submission.of("(reference solution)", reference_nb, source, release_nb, cap=None) \
         if reference_nb is not None else None
-    pairs, matches = compare(subs, starter, reference, threshold)
+    pairs, matches, groups = compare(subs, starter, reference, threshold)
     notes = [*(notes or []), *(cut_note(s) for s in subs if s.cut)]
     return ChapterResult(chapter, len(subs) + sum(1 for n in notes if n.kind != "cut"), pairs, matches,
-                         sorted(notes, key=lambda n: (n.student, n.kind)))
+                         sorted(notes, key=lambda n: (n.student, n.kind)), groups)
 
 
 def check_chapter(chapter: str, notebooks: list[tuple[str, object]], release_nb, reference_nb=None,
@@ -668,21 +791,22 @@ class Section:
     reference: list[dict]
     notes: list[dict]
     body: str
+    groups: list[dict] = field(default_factory=list)
 
     def rows(self) -> list[dict]:
-        return [*self.reference, *self.pairs, *self.notes]
+        return [*self.reference, *self.groups, *self.pairs, *self.notes]
 
     def html(self) -> str:
         return self.body
 
     def to_json(self) -> dict:
         return {"chapter": self.chapter, "learners": self.learners, "pairs": self.pairs, "reference": self.reference,
-                "notes": self.notes, "body": self.body}
+                "notes": self.notes, "body": self.body, "groups": self.groups}
 
     @classmethod
     def from_json(cls, data: dict) -> "Section":
         return cls(str(data["chapter"]), int(data["learners"]), list(data["pairs"]), list(data["reference"]),
-                   list(data["notes"]), str(data["body"]))
+                   list(data["notes"]), str(data["body"]), list(data.get("groups", [])))
 
     @classmethod
     def stopped(cls, reason: str) -> "Section":
@@ -705,7 +829,9 @@ class Stage:
             return f"similarity: {self.reason} ({self.csv_path})"
         cut = sum(1 for s in self.sections for n in s.notes if n.get("kind") == "cut")
         skipped = sum(1 for s in self.sections for n in s.notes if n.get("kind") == "not compared")
-        extra = (f", {cut} cut at {CODE_CAP:,} characters" if cut else "") + (
+        groups = sum(len(s.groups) for s in self.sections)
+        extra = (f", {groups} group(s) of learners with the same code" if groups else "") + (
+            f", {cut} cut at {TOKEN_CAP:,} tokens" if cut else "") + (
             f", {skipped} not compared" if skipped else "")
         return (f"similarity: {sum(len(s.pairs) for s in self.sections)} similar pair(s), "
                 f"{sum(len(s.reference) for s in self.sections)} matching the reference{extra} ({self.csv_path})")
@@ -777,6 +903,8 @@ def main(argv: list[str] | None = None) -> int:
               f"{len(s.reference)} matching the reference")
         for row in (*s.reference, *s.pairs):
             print(f"  {float(row['score']):4.0%}  {row['student_a']!a} ~ {row['student_b']!a}")
+        for row in s.groups:
+            print(f"  {float(row['score']):4.0%}  group: {row['student_a']!a}; {row['student_b']!a}")
         for row in s.notes:
             print(f"  {row['kind']}: {row['student_a']!a}: {row['note']}")
     print(stage.line())

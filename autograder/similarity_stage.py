@@ -35,11 +35,13 @@ from pathlib import Path
 MIB = 1 << 20
 # CPU seconds: the fixed part is the interpreter, nbformat and the course's release and reference notebooks of
 # every chapter (about 1 s); the part per notebook covers reading a notebook at the intake's 50 MB size cap
-# (linear, a few seconds) and normalising the most code read per submission (similarity.CODE_CAP: 256 KB of
-# the scanner's slowest input, one token per character, takes about 0.5 s on the 2-core development machine
-# under load). An ordinary class of 500 needs well under a minute; this is a ceiling, not an estimate.
+# (in a child of its own, with its own budget) and normalising all of a notebook's code, which the intake bounds
+# at 4 MiB (1 MiB a cell): the scanner's slowest input there, 4 MiB of unread `a=1` lines, takes 4.4 s of CPU on
+# the 2-core development machine under load (blank lines 1.7 s, `id(0)` lines 2.7 s, one token per character 0.8 s
+# as the token cap stops it; /tmp/sim_worst.py in commit message). 10 s is 2.2 times that. An ordinary class of 500
+# needs well under a minute; this is a ceiling, not an estimate.
 CPU_BASE_S = 60
-CPU_PER_NOTEBOOK_S = 2.0
+CPU_PER_NOTEBOOK_S = 10.0
 # Wall clock: the CPU budget three times over (the stage runs beside the workers' shutdown and other jobs on a
 # shared machine), plus the start.
 WALL_FACTOR = 3.0
@@ -48,11 +50,11 @@ WALL_EXTRA_S = 30.0
 # comparison's index, and the intake's reader (autograder/intake.py reads each notebook in a child of its own,
 # which inherits this hard limit and may grow by 1 GiB on its own budget: the base leaves that budget whole, so
 # a notebook grading reads is never one the check cannot read). The part per notebook: what the check keeps of
-# each learner, the code it read (at most CODE_CAP characters, up to 4 bytes each) and its token and fingerprint
-# arrays (about 16 bytes per token, at most one token per character of code): about 5 MB at the cap, 8 MiB with
-# room.
+# each learner, the code it read (at most the intake's 4 MiB of text, up to 4 bytes a character: 16 MiB) and its
+# token and fingerprint arrays (about 16 bytes per token, at most similarity.TOKEN_CAP tokens: 1 MiB): 24 MiB
+# with room. Normalising one notebook needs up to 130 MB more while it runs (4 MiB of `a=1` lines), within the base.
 MEMORY_BASE_BYTES = 2048 * MIB
-MEMORY_PER_NOTEBOOK_BYTES = 8 * MIB
+MEMORY_PER_NOTEBOOK_BYTES = 24 * MIB
 # The result the child hands back: every pair's side-by-side code (escaped HTML) and the CSV rows. A class of
 # 500 with thousands of similar pairs writes tens of MB; past this the stage reports that its result was too
 # large rather than have the parent read it.

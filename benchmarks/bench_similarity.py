@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     t1 = time.perf_counter()
     starter = similarity.Submission.of("(release)", release, source, release, cap=None)
     ref = similarity.Submission.of("(reference)", source, source, release, cap=None)
-    pairs, matches = similarity.compare(subs, starter, ref)
+    pairs, matches, _groups = similarity.compare(subs, starter, ref)
     t2 = time.perf_counter()
     naive = 0
     sets = [set(s.prints) for s in subs]

@@ -419,7 +419,7 @@ def test_the_stage_runs_in_a_bounded_child_and_cuts_a_huge_cell(tmp_path):
         ("pair", {"honest1", "copier"})]
     cut = [r for r in rows if r["kind"] == "cut"]
     assert [r["student_a"] for r in cut] == ["huge"]
-    assert f"{similarity.CODE_CAP:,}" in cut[0]["note"]
+    assert f"{similarity.TOKEN_CAP:,}" in cut[0]["note"]
     assert "huge (cut: compared its first" in stage.sections[0].html()
     assert "1 cut at" in stage.line()
 
@@ -468,3 +468,102 @@ def test_grade_goes_on_when_the_check_stops(tmp_path, monkeypatch):
     assert "The check did not finish" in (course.grading / "reports" / REPORT_NAME).read_text(encoding="utf-8")
     rows = list(csv.DictReader(open(course.grading / similarity.CSV_NAME, encoding="utf-8")))
     assert [r["kind"] for r in rows] == ["stopped"]
+
+
+# -- issue 41's red team: copies hidden by padding, by exec, in a ring, behind harmless calls -------------------
+def _pair_score(result, a: str, b: str) -> float:
+    return next((p.score for p in result.pairs if {p.a.student, p.b.student} == {a, b}), 0.0)
+
+
+def _honest_class(release, n: int) -> list:
+    return [(f"independent{i:02d}", learner_notebook(release, independent(i))) for i in range(n)]
+
+
+@pytest.mark.unit
+def test_padding_cannot_push_copied_code_past_the_cap(release, reference):
+    """280 K characters of comment lines in a first cell of the learner's own, then a copy: the cap counts
+    normalised tokens, which comments, blank lines and docstrings do not make, so the copy is read and paired,
+    and the submission is not listed as cut. Code past the cap is still cut, with a note naming it in tokens."""
+    copy_nb = learner_notebook(release, independent(3))
+    copy_nb.cells.insert(0, nbformat.v4.new_code_cell("# padding\n" * 28_000 + "\n\n" * 1000))
+    result = similarity.check_chapter(CHAPTER, [*_honest_class(release, 6), ("padded", copy_nb)], release, reference)
+    assert _pair_score(result, "independent03", "padded") >= similarity.THRESHOLD, result.pairs
+    assert not result.notes
+    generated = learner_notebook(release, independent(4))
+    generated.cells.insert(0, nbformat.v4.new_code_cell("x = y + 1\n" * (similarity.TOKEN_CAP // 4)))
+    result = similarity.check_chapter(CHAPTER, [*_honest_class(release, 3), ("generated", generated)], release,
+                                      reference)
+    assert [(n.student, n.kind) for n in result.notes] == [("generated", "cut")]
+    assert f"{similarity.TOKEN_CAP:,} tokens" in result.notes[0].text
+
+
+@pytest.mark.unit
+def test_code_run_from_a_string_is_compared(release, reference):
+    """Each solution cell of a copy becomes ``exec("<the copied code>")`` (escaped, or a raw triple-quoted
+    string): a long literal is also read as code, so both pair with the original. The disguised-copy vs
+    independent-solution margin is tested with the same scanner (test_independent_solutions_are_not_paired...)."""
+    escaped = {gid: f"exec({src!r})" for gid, src in independent(3).items()}
+    raw = {gid: f'exec(compile(r"""{src}""", "x", "exec"))' for gid, src in independent(5).items()}
+    assert all("\n" not in s for s in escaped.values())  # one line of escapes: nothing but a literal
+    learners = [*_honest_class(release, 8), ("exec_escaped", learner_notebook(release, escaped)),
+                ("exec_raw", learner_notebook(release, raw))]
+    result = similarity.check_chapter(CHAPTER, learners, release, reference)
+    assert _pair_score(result, "independent03", "exec_escaped") >= similarity.THRESHOLD, result.pairs
+    assert _pair_score(result, "independent05", "exec_raw") >= similarity.THRESHOLD, result.pairs
+    assert similarity.string_code('"a = 1\\nb = f(a)\\x20"') == "a = 1\nb = f(a) "
+    assert similarity.string_code("r'''a\\nb'''") == "a\\nb"
+
+
+def _mixed(i: int) -> dict[str, str]:
+    """A learner who is not in the ring: each function from another of the independent variants 1-11 (a
+    variant is shared by a few learners, never by the ring, which copies variant 0)."""
+    pick = {f: FUNCTIONS[f][1 + (i * (3 + k) + k) % 11].strip() for k, f in enumerate(FUNCTIONS)}
+    return {gid: "\n\n".join(pick[f] for f in funcs) for gid, funcs in CELLS.items()}
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("ring", [9, 20])
+def test_a_ring_of_copies_is_a_group_not_an_idiom(release, reference, ring):
+    """``ring`` identical copies in a class of 40 hold every fingerprint of their code more often than the
+    idiom share (8 learners), so no pair of them is counted; they are reported as one group instead (a row in
+    similarity.csv, a section of the report), and the learners outside the ring are in no group."""
+    copied = independent(0)
+    learners = [(f"ring{i:02d}", learner_notebook(release, copied)) for i in range(ring)]
+    learners += [(f"other{i:02d}", learner_notebook(release, _mixed(i))) for i in range(40 - ring)]
+    result = similarity.check_chapter(CHAPTER, learners, release, reference)
+    assert [sorted(m.student for m in g.members) for g in result.groups] == [[f"ring{i:02d}" for i in range(ring)]]
+    row = [r for r in result.rows() if r["kind"] == "group"]
+    assert len(row) == 1 and row[0]["note"].startswith(f"{ring} learners")
+    assert float(row[0]["score"]) >= similarity.THRESHOLD
+    assert "A group of" in result.html() and "ring00" in result.html()
+    assert "group(s) of learners with the same code" in similarity.Stage(
+        [result.section()], "", similarity_stage.Budget.for_class(40), None, similarity.CSV_NAME).line()
+
+
+class _Interleave(ast.NodeTransformer):
+    """The red team's filler: ``id(0)`` (or another harmless call) after every statement."""
+
+    def __init__(self, filler: str):
+        self.filler = filler
+
+    def generic_visit(self, node):
+        super().generic_visit(node)
+        for name in ("body", "orelse", "finalbody"):
+            stmts = getattr(node, name, None)
+            if isinstance(stmts, list) and stmts and isinstance(stmts[0], ast.stmt):
+                setattr(node, name, [x for s in stmts for x in (s, ast.parse(self.filler).body[0])])
+        return node
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("filler", ["id(0)", "print(x, 'step', sep=None)", "math.floor(1)"])
+def test_harmless_calls_between_statements_are_dropped(release, reference, filler):
+    """A copy with a call whose arguments are literals or names after every statement normalises as the
+    copy without it: such a statement is dropped like the other no-ops; calls that do work are kept."""
+    spread = {gid: ast.unparse(ast.fix_missing_locations(_Interleave(filler).visit(ast.parse(src))))
+              for gid, src in independent(3).items()}
+    result = similarity.check_chapter(CHAPTER, [*_honest_class(release, 8), ("spread", learner_notebook(
+        release, spread))], release, reference)
+    assert _pair_score(result, "independent03", "spread") >= 0.9, result.pairs
+    texts = similarity.normalise(["id(0)\ny = f(x)\nf(g(x))\nf(x).g()\nf(x) + 1\nf(x)[0] = 1\nf(-1)"]).texts()
+    assert texts.count(";") == 6, texts
