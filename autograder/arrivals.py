@@ -72,10 +72,20 @@ MAX_NOTEBOOKS = 64
 MAX_NOTEBOOK_BYTES = 50 << 20  # autograder/intake.py's bound: a larger notebook is never graded anyway
 # What one inbox entry may put on the instructor's disk through collect.
 MAX_ENTRY_BYTES = 512 << 20
+# How deep an inbox entry's folders may go. An nbgrader submission is a handful of files at depth 1 or 2; nbgrader's
+# collect copies an entry with a recursive shutil.copytree, which a folder some hundreds of levels deep stops with
+# a RecursionError (for the whole class), so a deeper entry is refused, not copied.
+MAX_ENTRY_DEPTH = 16
 MAX_LEDGER_BYTES = 256 << 20
 SOURCES = ("collect", "instructor", "service")
 MISMATCH = "the inbox entry's name claims another student than the account that owns it"
 EXCHANGE_DEFAULT = "/usr/local/share/nbgrader/exchange"  # nbgrader's Exchange.root default
+REFUSED = "flagged for the instructor"
+NBGRADER_FAILED = "nbgrader's collect failed on this entry alone (the other entries were collected)"
+
+
+class Refused(Exception):
+    """An inbox entry that is not copied at all; ``str(exc)`` is a fixed sentence (no learner text)."""
 
 
 # -- the record ----------------------------------------------------------------------------------------------
@@ -345,13 +355,15 @@ def latest_ctime(root: Path) -> tuple[float, int, bool]:
 
 def copy_entry(src: Path, dest: Path) -> list[str]:
     """Copy an inbox entry: folders and regular files only, nothing followed, each file read with
-    ``O_NOFOLLOW`` and bounded; returns flags for what was not copied."""
+    ``O_NOFOLLOW`` and bounded; returns flags for what was not copied. Raises :class:`Refused` (and the caller
+    removes what was copied) for an entry past a budget: folders more than :data:`MAX_ENTRY_DEPTH` levels deep,
+    more than :data:`learner_files.MAX_ENTRIES` entries, or more than :data:`MAX_ENTRY_BYTES` of files."""
     flags, seen, total = [], 0, 0
-    stack = [(src, dest)]
+    stack = [(src, dest, 0)]
     device = os.lstat(src).st_dev
     dest.mkdir(mode=0o700)
     while stack:
-        current, target = stack.pop()
+        current, target, depth = stack.pop()
         try:
             entries = sorted(os.scandir(current), key=lambda e: e.name)
         except OSError as err:
@@ -360,19 +372,21 @@ def copy_entry(src: Path, dest: Path) -> list[str]:
         for entry in entries:
             seen += 1
             if seen > learner_files.MAX_ENTRIES:
-                flags.append(f"the inbox entry holds more than {learner_files.MAX_ENTRIES} entries; the rest were "
-                             "not collected")
-                return flags
+                raise Refused(f"the inbox entry holds more than {learner_files.MAX_ENTRIES} files and folders")
             try:
                 st = os.lstat(entry.path)
             except OSError:
                 continue
             out = target / entry.name
+            if stat.S_ISDIR(st.st_mode) and depth + 1 > MAX_ENTRY_DEPTH:
+                raise Refused(f"the inbox entry holds folders more than {MAX_ENTRY_DEPTH} levels deep")
+            if stat.S_ISREG(st.st_mode) and total + st.st_size > MAX_ENTRY_BYTES:
+                raise Refused(f"the inbox entry holds more than {MAX_ENTRY_BYTES >> 20} MiB of files")
             if st.st_dev != device:  # a mount inside the inbox: its times and files are whatever it says
                 flags.append("an entry of the inbox entry was not collected: another filesystem mounted there")
             elif stat.S_ISDIR(st.st_mode):
                 out.mkdir(mode=0o700)
-                stack.append((Path(entry.path), out))
+                stack.append((Path(entry.path), out, depth + 1))
             elif stat.S_ISREG(st.st_mode):
                 try:
                     data = learner_files.read_bounded(entry.path, max(0, MAX_ENTRY_BYTES - total))
@@ -406,21 +420,44 @@ def exchange_root(course: Course) -> Path:
     return Path(root or EXCHANGE_DEFAULT)
 
 
-def collect(course: Course, chapter: str, exchange: Path, update: bool = False, log=print) -> list[Arrival]:
+def _nbgrader_collect(course: Course, chapter: str, root: Path, update: bool) -> int:
+    args = [sys.executable, "-m", "nbgrader", "collect", chapter, f"--Exchange.root={root}", "--log-level=WARN"]
+    if update:
+        args.append("--update")
+    # Its output is not shown: it names the learner's files. The caller says which entry failed, in fixed words.
+    return subprocess.run(args, env=course.nbgrader_env(), cwd=course.root, capture_output=True).returncode
+
+
+@dataclass
+class Collection:
+    """What one ``collect`` did: the records written, and the owners whose chosen entry was not collected
+    (refused past a budget, unreadable, or failed in nbgrader's collect), each with a fixed reason."""
+    written: list
+    not_collected: dict
+
+
+def collect(course: Course, chapter: str, exchange: Path, update: bool = False, log=print) -> Collection:
     """Collect every learner's latest entry of ``chapter`` from ``exchange`` under the owning account, through
-    nbgrader's collect, and record the arrival of each one collected. Returns the records written."""
+    nbgrader's collect, and record the arrival of each one collected. One entry never stops the others: an
+    entry past a budget is refused before it is copied, and when nbgrader's collect fails on the staged entries
+    together it runs again on each one alone, so only the failing entry is left out (one line each)."""
     inbound = exchange / COURSE_ID / "inbound"
     entries = scan_inbox(inbound, chapter)
     for entry in entries:
-        if entry.owner is None:
-            log(f"skipped {entry.name}: owned by uid {entry.owner_uid}, which is no account")
+        if entry.owner is None:  # the entry's name is the learner's text: not printed
+            log(f"skipped an inbox entry owned by uid {entry.owner_uid}, which is no account")
     chosen = choose(entries)
     submitted = course.grading / "submitted"
-    written = []
+    written, not_collected = [], {}
+
+    def refuse(owner, reason):
+        not_collected[owner] = reason
+        log(f"{owner}: not collected: {reason}; {REFUSED}")
+
     with tempfile.TemporaryDirectory(prefix="collect-") as tmp:
-        staging = Path(tmp) / COURSE_ID / "inbound"
+        staging = Path(tmp) / "all" / COURSE_ID / "inbound"
         staging.mkdir(parents=True)
-        staged: dict[str, tuple[InboxEntry, list[str], float, dict]] = {}
+        staged: dict[str, tuple[InboxEntry, list[str], float, dict, Path]] = {}
         for owner, entry in sorted(chosen.items()):
             flags = []
             if entry.claimed_id != owner:  # the claimed id is the learner's text: kept in the record, not quoted here
@@ -431,9 +468,13 @@ def collect(course: Course, chapter: str, exchange: Path, update: bool = False, 
                 flags += copy_entry(entry.path, target)
                 # After the copy: a change made while it was copied moves the time later, never earlier.
                 ctime, _seen, complete = latest_ctime(entry.path)
-            except OSError as err:
-                log(f"skipped {entry.name}: {err.strerror}")
+            except Refused as err:
                 shutil.rmtree(target, ignore_errors=True)
+                refuse(owner, str(err))
+                continue
+            except OSError as err:
+                shutil.rmtree(target, ignore_errors=True)
+                refuse(owner, f"the inbox entry could not be read ({err.strerror})")
                 continue
             observed = time.time()
             if not complete:
@@ -441,14 +482,19 @@ def collect(course: Course, chapter: str, exchange: Path, update: bool = False, 
                              "the ones collected")
             if os.geteuid() == 0:  # nbgrader's check_owner compares the staged entry's owner with its name
                 os.chown(target, entry.owner_uid, -1)
-            staged[owner] = (entry, flags, min(ctime, observed), notebook_digests(target))
-        args = [sys.executable, "-m", "nbgrader", "collect", chapter, f"--Exchange.root={tmp}", "--log-level=WARN"]
-        if update:
-            args.append("--update")
-        done = subprocess.run(args, env=course.nbgrader_env(), cwd=course.root, capture_output=True, text=True)
-        if done.returncode != 0:
-            raise RuntimeError(f"nbgrader collect exited {done.returncode}: {(done.stdout + done.stderr)[-2000:]}")
-        for owner, (entry, flags, arrived, notebooks) in sorted(staged.items()):
+            staged[owner] = (entry, flags, min(ctime, observed), notebook_digests(target), target)
+        if staged and _nbgrader_collect(course, chapter, Path(tmp) / "all", update) != 0:
+            # Something in one entry stopped nbgrader's collect for all: each one alone, in an exchange of its own.
+            for number, owner in enumerate(sorted(staged)):
+                alone = Path(tmp) / f"alone-{number}"
+                (alone / COURSE_ID / "inbound").mkdir(parents=True)
+                target = staged[owner][4]
+                os.rename(target, alone / COURSE_ID / "inbound" / target.name)
+                status = _nbgrader_collect(course, chapter, alone, update)
+                if status != 0:
+                    del staged[owner]
+                    refuse(owner, f"{NBGRADER_FAILED} (exit status {status})")
+        for owner, (entry, flags, arrived, notebooks, _target) in sorted(staged.items()):
             folder = submitted / owner / chapter
             if not notebooks or notebook_digests(folder) != notebooks:
                 log(f"{owner}: not collected (an earlier collection is kept; --update replaces it when the inbox "
@@ -460,14 +506,16 @@ def collect(course: Course, chapter: str, exchange: Path, update: bool = False, 
             append(ledger_path(course), arrival)
             written.append(arrival)
             log(f"{owner}: arrived {arrival.describe()}" + "".join(f"\n  flag: {f}" for f in flags))
-    return written
+    return Collection(written, not_collected)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m autograder collect",
                                      description="Collect a chapter's submissions through nbgrader's collect, "
                                                  "recording when each arrived and whose it is (see "
-                                                 "autograder/arrivals.py).")
+                                                 "autograder/arrivals.py). Exit status 1: every other "
+                                                 "entry was collected, and some learner's was not (each "
+                                                 "named on a line of its own); 2: nothing was collected.")
     parser.add_argument("chapter", metavar="CHAPTER")
     parser.add_argument("--exchange", type=Path, metavar="DIR",
                         help="nbgrader's exchange root (default: the course configuration's Exchange.root)")
@@ -477,11 +525,15 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     course = Course(args.course) if args.course else Course()
     try:
-        written = collect(course, args.chapter, args.exchange or exchange_root(course), args.update)
-    except RuntimeError as err:
+        done = collect(course, args.chapter, args.exchange or exchange_root(course), args.update)
+    except RuntimeError as err:  # the exchange itself is not readable: nothing was collected
         print(f"collect stopped: {err}", file=sys.stderr)
         return 2
-    print(f"{len(written)} submission(s) collected and recorded in {ledger_path(course)}")
+    print(f"{len(done.written)} submission(s) collected and recorded in {ledger_path(course)}")
+    if done.not_collected:  # the others are collected; the status tells a script that someone was left out
+        print(f"{len(done.not_collected)} learner(s) not collected, {REFUSED}: "
+              f"{', '.join(sorted(done.not_collected))}", file=sys.stderr)
+        return 1
     return 0
 
 

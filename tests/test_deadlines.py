@@ -520,3 +520,57 @@ def test_a_filesystem_mounted_in_the_inbox_entry_is_not_trusted(tmp_path, monkey
     assert flags == ["an entry of the inbox entry was not collected: another filesystem mounted there"]
     _, seen, complete = arrivals.latest_ctime(entry)
     assert (seen, complete) == (2, True), "the mount itself is seen, nothing under it"
+
+
+@pytest.mark.sandbox  # `python -m autograder collect` and nbgrader's collect: processes, not the inner loop
+def test_one_learners_entry_never_stops_collect_for_the_others(tmp_path):
+    """Issue 41 red team: an inbox entry holding a folder 600 levels deep stopped nbgrader's collect (a
+    RecursionError in its shutil.copytree) for the whole class. Now the deep entry is refused before it is copied,
+    with a fixed reason and a flag for the instructor, and the honest learner beside it is collected and
+    recorded; the exit status (1) says someone was left out. Entries as nbgrader's submit lays them out, owned by
+    root (the honest learner) and by nobody (the deep one)."""
+    import json
+    import os
+    import pwd
+
+    from autograder import arrivals
+
+    from .batch_support import CHAPTER
+
+    course = Course().copy_to(tmp_path / "course")
+    course.grading.mkdir(parents=True, exist_ok=True)
+    exchange = tmp_path / "exchange"
+    inbound = exchange / COURSE_ID / "inbound"
+    inbound.mkdir(parents=True)
+    reference = submissions.reference(course, CHAPTER)
+
+    def entry(owner, suffix):
+        path = inbound / f"{owner}+{CHAPTER}+2026-11-27 10:00:00.000000 UTC+{suffix}"
+        path.mkdir()
+        nbformat.write(reference, path / f"{CHAPTER}.ipynb")
+        (path / "timestamp.txt").write_text("2026-11-27 10:00:00.000000 UTC")
+        return path
+
+    entry("root", "honest")
+    deep = entry("nobody", "deep")
+    fd = os.open(deep, os.O_RDONLY)
+    for _ in range(600):  # relative to a descriptor: a path this long is past PATH_MAX
+        os.mkdir("d", dir_fd=fd)
+        fd, old = os.open("d", os.O_RDONLY, dir_fd=fd), fd
+        os.close(old)
+    os.close(fd)
+    nobody = pwd.getpwnam("nobody")
+    os.chown(deep, nobody.pw_uid, nobody.pw_gid)
+
+    done = subprocess.run([sys.executable, "-m", "autograder", "collect", CHAPTER, "--exchange", str(exchange)],
+                          capture_output=True, text=True, env=course.nbgrader_env(), cwd=course.root, timeout=600)
+    out = done.stdout + done.stderr
+    assert done.returncode == 1, out
+    assert "Traceback" not in out, out
+    assert (f"nobody: not collected: the inbox entry holds folders more than {arrivals.MAX_ENTRY_DEPTH} levels "
+            f"deep; {arrivals.REFUSED}") in out, out
+    assert "root: arrived" in out, out
+    records = [json.loads(line) for line in (course.grading / "arrivals.jsonl").read_text().splitlines()]
+    assert [r["student"] for r in records] == ["root"]
+    assert (course.grading / "submitted" / "root" / CHAPTER / f"{CHAPTER}.ipynb").is_file()
+    assert not (course.grading / "submitted" / "nobody").exists()
