@@ -52,6 +52,9 @@ class Budget:
     max_cell_chars: int  # one cell's text
     max_source_chars: int  # all cells' text
     max_kept_metadata_bytes: int  # the metadata kept (the caller's keys), all cells and the notebook, as JSON
+    # The JSON values in that kept metadata, each key counted: what the trusted side builds from it costs per
+    # value (a short tag costs over 100 bytes there however few bytes it took in the file), as a cell does
+    max_kept_metadata_values: int
     memory_bytes: int  # how far the child's address space may grow once it has started
     wall_s: float  # how long the parent waits for the child
 
@@ -142,6 +145,20 @@ CELL_TYPES = ("code", "markdown", "raw")
 MAX_ID_CHARS = 64  # longer ids are not kept (structure.repair gives such a cell an id of its own)
 
 
+def count_values(value) -> int:
+    """JSON values in ``value``, each key of an object counted (as :func:`scan` counts them); iterative."""
+    count, stack = 0, [value]
+    while stack:
+        item = stack.pop()
+        count += 1
+        if isinstance(item, dict):
+            count += len(item)
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return count
+
+
 def skeleton_of(data, cell_keys, notebook_keys, budget: Budget) -> dict:
     """What grading reads of a parsed notebook: ``{"metadata": {key: value}, "cells": [[type, id, text,
     {key: value}], ...]}`` with only ``notebook_keys`` and ``cell_keys`` of the metadata. :class:`Refused`
@@ -179,6 +196,10 @@ def skeleton_of(data, cell_keys, notebook_keys, budget: Budget) -> dict:
     if size > budget.max_kept_metadata_bytes:
         raise Refused(f"the notebook's metadata is {size} bytes, more than the {budget.max_kept_metadata_bytes} "
                       f"a notebook may carry")
+    values = count_values(kept) + sum(count_values(c[3]) for c in out)
+    if values > budget.max_kept_metadata_values:
+        raise Refused(f"the notebook's metadata holds {values} JSON values, more than the "
+                      f"{budget.max_kept_metadata_values} a notebook may carry")
     return {"metadata": kept, "cells": out}
 
 

@@ -37,7 +37,7 @@ MAX_NOTEBOOK_BYTES = 50 << 20
 # What a submitted file may hold. The course's largest honest notebooks, measured on its releases with their
 # outputs and its solution notebooks (chapters/ and solutions/, 2026-11): at most 4,459 JSON values (chapter
 # 10's source; 4,386 in its release with outputs), nested 8 levels (a cell's outputs' data; 6 without
-# outputs), 91 cells, a cell's text at most 6,124 characters, 164,919 in all, the longest string a 202 KB PNG,
+# outputs), 92 cells, a cell's text at most 6,124 characters, 164,919 in all, the longest string a 202 KB PNG,
 # under 30 KB of the metadata grading keeps. Each budget leaves a wide margin for a learner's own outputs and
 # cells (a long training log, a big figure), and bounds what the trusted side can be made to build:
 BUDGET = bounded_json.Budget(
@@ -46,10 +46,14 @@ BUDGET = bounded_json.Budget(
     #                      cost is then at most about 50 MB (about 100 bytes a value) beside the strings
     max_depth=64,  # 8x (widget state nests about 12)
     max_string_bytes=16 << 20,  # 80x; 3x the largest image safe_output keeps (4 MiB, 5.6 MB as base64)
-    max_cells=5_000,  # 55x
+    # A cell and a kept metadata value cost the trusted side a fixed amount whatever their size in the file (a
+    # NotebookNode, structure.repair's copy, the reply): about 2.6 KB a cell and 110 bytes a value, measured (issue
+    # 41's red team: 5,000 empty cells, 0.4 MB, cost 12.9 MB, 32x). These two budgets bound that fixed part.
+    max_cells=1_000,  # 11x
     max_cell_chars=1 << 20,  # 170x
     max_source_chars=4 << 20,  # 25x: every cell's text is executed, fingerprinted and stored with the result
     max_kept_metadata_bytes=1 << 20,  # 35x
+    max_kept_metadata_values=20_000,  # 17x (chapter 10's release keeps 1,168)
     # The child needs about 3 times an accepted file (its bytes, then its text, then its strings), 8 times when
     # its text holds a character outside the BMP (4 bytes a character, in the text and again in the strings):
     # 422 MB for 50 MB of it, measured. 1 GiB leaves 2.4x over that worst case (benchmarks/intake_memory.py).

@@ -86,8 +86,11 @@ def test_cells_and_their_text_have_budgets(tmp_path):
     data["cells"][0]["source"] = "x" * (intake.BUDGET.max_cell_chars + 1)
     assert "a cell's text is 1048577 characters long" in _refusal(_write(tmp_path, json.dumps(data).encode()))
     data = _reference_json()
-    data["cells"] = data["cells"] * 200  # 6,800 cells
-    assert "cells, more than the 5000 a notebook may have" in _refusal(_write(tmp_path, json.dumps(data).encode()))
+    data["cells"] = data["cells"] * 30  # over 1,000 cells
+    assert "cells, more than the 1000 a notebook may have" in _refusal(_write(tmp_path, json.dumps(data).encode()))
+    data = _reference_json()
+    data["cells"][0]["metadata"]["tags"] = [""] * 20_000  # 60 KB of file, 20,000 values the trusted side builds
+    assert "metadata holds 20" in _refusal(_write(tmp_path, json.dumps(data).encode()))
 
 
 @pytest.mark.unit
@@ -230,14 +233,21 @@ print(json.dumps({{"outcome": outcome, "peak": {VMHWM}}}))
 """
 
 
-def _peak(path: Path) -> tuple[str, int]:
-    """(what the intake said, the peak resident memory in bytes of the trusted side reading ``path``): the peak of a
-    fresh process that reads the file and repairs the notebook, plus that of the reader's child on the same file."""
+def _peaks(path: Path) -> tuple[str, int, int]:
+    """(what the intake said, the peak resident memory in bytes of a fresh process that reads ``path`` and repairs
+    the notebook, that of the reader's child on the same file)."""
     out, _ = peak([sys.executable, "-c", MEASURE, str(ROOT), str(path), CHAPTER], cwd=ROOT)
     found = json.loads(out.decode().strip().splitlines()[-1])
     _, child = peak(bounded_json.child_command(path, intake.BUDGET, safe_output.CELL_METADATA,
                                                safe_output.NOTEBOOK_METADATA))
-    return found["outcome"], found["peak"] + child
+    return found["outcome"], found["peak"], child
+
+
+def _peak(path: Path) -> tuple[str, int]:
+    """(what the intake said, the peak resident memory in bytes of the trusted side reading ``path``): the process's
+    peak plus the reader child's."""
+    said, process, child = _peaks(path)
+    return said, process + child
 
 
 @pytest.mark.unit
@@ -264,3 +274,47 @@ def test_the_trusted_side_spends_a_small_multiple_of_a_large_files_size(tmp_path
         ratio = (peak - base) / path.stat().st_size
         assert ratio < 10, f"{path.parent.name}: {ratio:.1f}x the file's size"
         assert outcome in said
+
+
+# TRUST.md: what the grading process spends on a file is at most 10 times its size plus this fixed part, the cost
+# of the most cells and kept metadata values the budget lets through (each costs the same however short) ...
+FIXED_PART = 4 * MB
+# ... and the reader child (which exits once the file is read, and never grows past 1 GiB) at most 10 times plus
+# this: the parse of the most JSON values the scan lets through (490,000 `[],` in 1.6 MB: 37 MB, measured).
+CHILD_FIXED_PART = 40 * MB
+
+
+def _tiny_cells(count: int, tags: int, reference: bool = True) -> bytes:
+    data = _reference_json() if reference else {"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+    data["cells"] += [{"cell_type": "raw", "source": "", "metadata": {"tags": [f"{i:x}{j}" for j in range(tags)]}}
+                      for i in range(count - len(data["cells"]))]
+    return json.dumps(data, separators=(",", ":")).encode()
+
+
+@pytest.mark.unit
+@pytest.mark.timeout(300)
+def test_many_tiny_cells_cost_at_most_ten_times_the_file_plus_a_fixed_part(tmp_path):
+    """Issue 41's red team: a cell and a metadata value cost the trusted side a fixed amount however few bytes they
+    take in the file. 5,000 empty raw cells (0.4 MB) cost 12.9 MB, 32x; with 18 short tags each (1.1 MB), 23.1 MB.
+    Now both are refused (the cell budget), and the most cells and tags the budgets accept stay within the stated
+    bound, 10 times the file plus :data:`FIXED_PART`."""
+    control = tmp_path / "control" / f"{CHAPTER}.ipynb"
+    control.parent.mkdir()
+    control.write_bytes(COURSE.release_notebook(CHAPTER).read_bytes())
+    _, base, child_base = _peaks(control)
+    most = intake.BUDGET.max_cells
+    per_cell = 16  # a cell's {"tags": [...]} is 3 values and a tag each: 19,000 of the 20,000 kept values allowed
+    cases = (("cells", _tiny_cells(5000, 0), "5000 cells"),
+             ("tagged", _tiny_cells(5000, 18), "5000 cells"),
+             ("most", _tiny_cells(most, per_cell, reference=False), "graded"),
+             ("most-with-reference", _tiny_cells(most, per_cell - 1), "graded"))
+    for name, data, outcome in cases:
+        path = tmp_path / name / f"{CHAPTER}.ipynb"
+        path.parent.mkdir()
+        path.write_bytes(data)
+        said, spent, child = _peaks(path)
+        size = path.stat().st_size
+        assert spent - base <= 10 * size + FIXED_PART, \
+            f"{name}: {(spent - base) / MB:.1f} MiB for {size / MB:.2f} MiB ({(spent - base) / size:.1f}x)"
+        assert child - child_base <= 10 * size + CHILD_FIXED_PART, f"{name}: the child, {(child - child_base) / MB:.1f} MiB"
+        assert outcome in said, (name, said)
