@@ -522,13 +522,16 @@ def _mixed(i: int) -> dict[str, str]:
 
 
 @pytest.mark.unit
+@pytest.mark.parametrize("disguised", [False, True], ids=["identical", "disguised"])
 @pytest.mark.parametrize("ring", [9, 20])
-def test_a_ring_of_copies_is_a_group_not_an_idiom(release, reference, ring):
-    """``ring`` identical copies in a class of 40 hold every fingerprint of their code more often than the
-    idiom share (8 learners), so no pair of them is counted; they are reported as one group instead (a row in
-    similarity.csv, a section of the report), and the learners outside the ring are in no group."""
+def test_a_ring_of_copies_is_a_group_not_an_idiom(release, reference, ring, disguised):
+    """``ring`` copies in a class of 40 hold every fingerprint of their code more often than the idiom share (8
+    learners), so no pair of them is counted; they are reported as one group instead (a row in similarity.csv,
+    a section of the report), and the learners outside the ring are in no group. Copies each disguised in
+    their own way (renamed, reordered, no-op lines) still share most of the ring's code as one set."""
     copied = independent(0)
-    learners = [(f"ring{i:02d}", learner_notebook(release, copied)) for i in range(ring)]
+    learners = [(f"ring{i:02d}", learner_notebook(release, {g: disguise(s, random.Random(i)) for g, s in copied.items()}
+                                                  if disguised else copied)) for i in range(ring)]
     learners += [(f"other{i:02d}", learner_notebook(release, _mixed(i))) for i in range(40 - ring)]
     result = similarity.check_chapter(CHAPTER, learners, release, reference)
     assert [sorted(m.student for m in g.members) for g in result.groups] == [[f"ring{i:02d}" for i in range(ring)]]
