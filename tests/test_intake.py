@@ -316,5 +316,6 @@ def test_many_tiny_cells_cost_at_most_ten_times_the_file_plus_a_fixed_part(tmp_p
         size = path.stat().st_size
         assert spent - base <= 10 * size + FIXED_PART, \
             f"{name}: {(spent - base) / MB:.1f} MiB for {size / MB:.2f} MiB ({(spent - base) / size:.1f}x)"
-        assert child - child_base <= 10 * size + CHILD_FIXED_PART, f"{name}: the child, {(child - child_base) / MB:.1f} MiB"
+        assert child - child_base <= 10 * size + CHILD_FIXED_PART, \
+            f"{name}: the child, {(child - child_base) / MB:.1f} MiB"
         assert outcome in said, (name, said)
