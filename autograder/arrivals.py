@@ -11,7 +11,15 @@ time, and none of them says whose submission it is. What a learner cannot write 
   change of the inode (creation, write, rename, link, chmod, chown) and no system call lets an unprivileged
   account set it to another value; only a change of the system clock (root) moves it. The latest ``ctime``
   over the inbox entry and everything in it (``lstat``, nothing followed) is therefore the moment the entry
-  reached the state that was collected: a learner can make it later (by touching the entry) but never earlier.
+  reached the state that was collected, with one exception: a learner can make it later (by touching the
+  entry), and earlier only through a shared file mapping. After a first write through a ``MAP_SHARED``
+  mapping, further writes through it change the file without touching its ``ctime`` until the kernel's
+  writeback cleans the page, up to ``vm.dirty_expire_centisecs`` plus ``vm.dirty_writeback_centisecs`` later
+  (30 s + 5 s on Linux's defaults and on this course's machine): work changed that way up to that long after
+  the recorded time looks as if it arrived then. So ``collect`` reads the two settings and records the bound
+  with the arrival (``ctime_lag_s``), and a submission whose recorded time lies within it before the due date
+  while ``collect`` saw it only after the due date is *held for the instructor* (:attr:`Arrival.unsure_until`,
+  ``late_policy.held``), never on time.
   The time ``collect`` looked at the entry is an upper bound too (a ``ctime`` in the future, e.g. from a file
   server's clock, is cut to it). The arrival time is the smaller of the two, read *after* the entry was copied,
   so a change while it was being copied moves it later, never earlier. An entry with more than
@@ -81,6 +89,24 @@ SOURCES = ("collect", "instructor", "service")
 MISMATCH = "the inbox entry's name claims another student than the account that owns it"
 EXCHANGE_DEFAULT = "/usr/local/share/nbgrader/exchange"  # nbgrader's Exchange.root default
 REFUSED = "flagged for the instructor"
+# How long a change through a shared file mapping can precede the ctime that shows it: the kernel's writeback
+# settings (Documentation/admin-guide/sysctl/vm.rst), in centiseconds. When they cannot be read: Linux's defaults
+# doubled.
+WRITEBACK_SETTINGS = ("/proc/sys/vm/dirty_expire_centisecs", "/proc/sys/vm/dirty_writeback_centisecs")
+CTIME_LAG_DEFAULT_S = 70.0
+
+
+def ctime_lag_bound_s() -> float:
+    """Seconds a write through a shared mapping can stay unseen by ``ctime``: dirty_expire + dirty_writeback (a
+    dirty page is written back, and the next write through the mapping faults and changes ``ctime``, at most
+    that long after it was dirtied)."""
+    try:
+        centis = [int(Path(p).read_text().split()[0]) for p in WRITEBACK_SETTINGS]
+    except (OSError, ValueError, IndexError):
+        return CTIME_LAG_DEFAULT_S
+    if any(c <= 0 for c in centis):  # 0 switches periodic writeback off: no bound the kernel keeps
+        return CTIME_LAG_DEFAULT_S
+    return sum(centis) / 100.0
 NBGRADER_FAILED = "nbgrader's collect failed on this entry alone (the other entries were collected)"
 
 
@@ -103,6 +129,20 @@ class Arrival:
     claimed_id: str = ""  # the student id the entry's name claimed
     claimed_time: str = ""  # the time the entry's name claimed (the learner's)
     flags: tuple = ()  # what collect found wrong (an owner mismatch, refused links...)
+    # How long a change through a shared file mapping can precede the ctime that shows it (ctime_lag_bound_s, read
+    # when collect recorded this); None: not a collect observation, or a record from before it was recorded
+    ctime_lag_s: float | None = None
+
+    @property
+    def unsure_until(self) -> _dt.datetime | None:
+        """For a ``collect`` record: the latest moment the entry could have reached the collected state (the
+        recorded time plus :attr:`ctime_lag_s`, at most when collect saw it); a due date between :attr:`arrived`
+        and this is one the submission may have missed (``late_policy.held``). None for other sources. A collect
+        record without the bound (written before it was recorded) takes :data:`CTIME_LAG_DEFAULT_S`."""
+        if self.source != "collect" or self.observed is None:
+            return None
+        lag = self.ctime_lag_s if self.ctime_lag_s is not None else CTIME_LAG_DEFAULT_S
+        return min(self.observed, self.arrived + _dt.timedelta(seconds=lag))
 
     def to_json(self) -> dict:
         data = asdict(self)
@@ -125,12 +165,15 @@ class Arrival:
         if not isinstance(flags, list) or not all(isinstance(f, str) for f in flags):
             raise ValueError("flags is not a list of text")
         uid = data.get("owner_uid")
+        lag = data.get("ctime_lag_s")
+        if lag is not None and (not isinstance(lag, (int, float)) or isinstance(lag, bool) or not 0 <= lag < 1e6):
+            raise ValueError("ctime_lag_s is not a number of seconds")
         return cls(chapter=str(data["chapter"]), student=str(data["student"]),
                    arrived=_parse_iso(data["arrived"]), source=data["source"], notebooks=dict(notebooks),
                    observed=_parse_iso(data["observed"]) if data.get("observed") else None,
                    entry=str(data.get("entry") or ""), owner_uid=uid if isinstance(uid, int) else None,
                    claimed_id=str(data.get("claimed_id") or ""), claimed_time=str(data.get("claimed_time") or ""),
-                   flags=tuple(flags))
+                   flags=tuple(flags), ctime_lag_s=float(lag) if lag is not None else None)
 
     def key(self) -> str:
         """What of this record can change a result (for the resume key): the time and the flags."""
@@ -449,6 +492,7 @@ def collect(course: Course, chapter: str, exchange: Path, update: bool = False, 
     chosen = choose(entries)
     submitted = course.grading / "submitted"
     written, not_collected = [], {}
+    lag = ctime_lag_bound_s()
 
     def refuse(owner, reason):
         not_collected[owner] = reason
@@ -502,7 +546,8 @@ def collect(course: Course, chapter: str, exchange: Path, update: bool = False, 
                 continue
             arrival = Arrival(chapter=chapter, student=owner, arrived=from_epoch(arrived), source="collect",
                               notebooks=notebooks, observed=utc_now(), entry=entry.name, owner_uid=entry.owner_uid,
-                              claimed_id=entry.claimed_id, claimed_time=entry.claimed_time, flags=tuple(flags))
+                              claimed_id=entry.claimed_id, claimed_time=entry.claimed_time, flags=tuple(flags),
+                              ctime_lag_s=lag)
             append(ledger_path(course), arrival)
             written.append(arrival)
             log(f"{owner}: arrived {arrival.describe()}" + "".join(f"\n  flag: {f}" for f in flags))

@@ -184,7 +184,8 @@ def _grade_into(writer, course: Course, tasks: list[Task], sources: dict, backen
             result = result.replace(student=task.student, chapter=task.chapter, flags=(*task.flags, *result.flags))
             t0 = time.perf_counter()
             timestamp = task.arrival.arrived if task.arrival else None  # the recorded arrival, or none
-            late = writer.lateness_of(task.student, task.chapter, timestamp, result.score)
+            unsure_until = task.arrival.unsure_until if task.arrival else None  # a ctime's lag (arrivals.py)
+            late = writer.lateness_of(task.student, task.chapter, timestamp, result.score, unsure_until)
             # shown on the feedback page (autograder/deadlines.py owns the policy): how late, or held, with the
             # recorded arrival and, beside it, the learner's claim
             result = result.replace(late=Late(
@@ -195,7 +196,7 @@ def _grade_into(writer, course: Course, tasks: list[Task], sources: dict, backen
             write_outputs(course, result, summary)
             copy_exchange_files(course, task)
             t1 = time.perf_counter()
-            writer.write_result(result, task.key, timestamp)
+            writer.write_result(result, task.key, timestamp, unsure_until)
             summary.add_stage("gradebook write", time.perf_counter() - t1)
             summary.graded += result.status == "graded"
             summary.zero += result.status == "zero"

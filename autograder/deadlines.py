@@ -14,8 +14,9 @@ read the same ones:
   ``timestamp.txt``, which is only shown beside it;
 - ``SubmittedNotebook.late_submission_penalty``: the points the policy takes off.
 
-**Fail closed.** While a chapter has a due date, a submission with no recorded arrival and points to lose is
-*held for the instructor* (``late_policy.held``): it is graded as usual (the points stay visible in formgrader,
+**Fail closed.** While a chapter has a due date, a submission with no recorded arrival and points to lose, or one
+whose recorded time lies within the kernel's ``ctime`` lag before the due date while ``collect`` saw it only
+after it (``Arrival.unsure_until``, autograder/arrivals.py), is *held for the instructor* (``late_policy.held``): it is graded as usual (the points stay visible in formgrader,
 grades.csv and the report), flagged, and its final score is withheld: nbgrader's
 ``late_submission_penalty`` is the whole score (so ``nbgrader export`` and formgrader's totals count nothing),
 grades.csv's ``final_score`` and the LMS exports' cells are empty and their status says ``held``. It is never

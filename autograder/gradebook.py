@@ -41,7 +41,7 @@ from attention_course.cells import grade_id, nbgrader_meta
 
 from . import new_gradebook
 from .course import COURSE_ID
-from .late_policy import HELD, Policy
+from .late_policy import HELD, HELD_UNSURE, Policy
 from .results import GradingResult, Late
 
 # Must match c.CourseDirectory.course_id in autograder/nbgrader_config.py.
@@ -239,13 +239,14 @@ class GradebookWriter:
         s.commit()
 
     # -- results ----------------------------------------------------------------------------------
-    def write_result(self, result: GradingResult, key: str, timestamp: _dt.datetime | None = None) -> None:
+    def write_result(self, result: GradingResult, key: str, timestamp: _dt.datetime | None = None,
+                     unsure_until: _dt.datetime | None = None) -> None:
         """Record one graded notebook (status graded or zero), all in one transaction."""
         if not result.recorded:
             raise ValueError(f"only graded/zero results go into the gradebook, not {result.status!r}")
-        self._retry(lambda: self._write(result, key, timestamp))
+        self._retry(lambda: self._write(result, key, timestamp, unsure_until))
 
-    def _write(self, result: GradingResult, key: str, timestamp) -> None:
+    def _write(self, result: GradingResult, key: str, timestamp, unsure_until=None) -> None:
         s = self.session
         student_id, chapter = result.student, result.chapter
         student = s.get(Student, student_id)
@@ -303,13 +304,18 @@ class GradebookWriter:
                 # the lateness of the submission against its due date plus extension, the course's plugin;
                 # with no arrival time while a due date is set, the whole score withheld (late_policy.held).
                 score = sum(_grade_score(g) for g in grades.values())
-                late = self.policy.lateness(student_id, score, sub.timestamp, assignment.duedate, sub.extension)
+                late = self.policy.lateness(student_id, score, sub.timestamp, assignment.duedate, sub.extension,
+                                            unsure_until)
+                if late.reason == HELD_UNSURE:
+                    # nbgrader's column holds one time: none, so that every later recomputation (a due date moved,
+                    # the report) keeps it held until the instructor records the arrival
+                    sub.timestamp = None
                 subnb.late_submission_penalty = late.penalty
                 subnb.flagged = flagged_by_grader(result) or late.held
                 solution_cells = sorted(notebook.solution_cells, key=lambda c: c.name)
                 if late.held and solution_cells:  # where formgrader shows the autograder's comment
                     comment_of(solution_cells[0].id).auto_comment = " ".join(
-                        p for p in (note, f"Autograder: {HELD}.") if p)
+                        p for p in (note, f"Autograder: {late.reason or HELD}.") if p)
         s.execute(delete(RESULTS).where(and_(RESULTS.c.student == student_id, RESULTS.c.chapter == chapter)))
         s.execute(insert(RESULTS).values(
             **result.to_row(), key=key, graded_at=_dt.datetime.now(_dt.timezone.utc).replace(tzinfo=None)))
@@ -341,7 +347,7 @@ class GradebookWriter:
         self.session.commit()
         return sorted(rows, key=lambda r: (r.chapter, r.student))
 
-    def lateness_of(self, student_id: str, chapter: str, timestamp, score: float):
+    def lateness_of(self, student_id: str, chapter: str, timestamp, score: float, unsure_until=None):
         """How late this submission is and what it costs (late_policy.Lateness), before it is recorded: the
         chapter's due date and the learner's extension as the gradebook has them now."""
         s = self.session
@@ -349,7 +355,7 @@ class GradebookWriter:
         sub = None if assignment is None else s.execute(select(SubmittedAssignment).filter_by(
             assignment_id=assignment.id, student_id=student_id)).scalar_one_or_none()
         late = self.policy.lateness(student_id, score, timestamp, assignment.duedate if assignment else None,
-                                    sub.extension if sub is not None else None)
+                                    sub.extension if sub is not None else None, unsure_until)
         s.commit()
         return late
 

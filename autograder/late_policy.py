@@ -42,15 +42,27 @@ def load_config(course: Course):
     return PyFileConfigLoader(path.name, path=str(path.parent)).load_config()
 
 
-HELD = ("held for the instructor: no recorded arrival time (timestamp.txt is the learner's claim); the final "
+HELD = ("held for the instructor: no arrival time the grader can trust (none recorded, or one just before the due "
+        "date that collect saw only after it; timestamp.txt is the learner's claim); the final "
         "score is withheld until the instructor records one (python -m autograder deadlines CHAPTER --received "
         "STUDENT=ISO)")
 
 
-def held(duedate: _dt.datetime | None, timestamp: _dt.datetime | None, score: float) -> bool:
-    """Whether a submission's final score is withheld: a due date is set, no arrival time is recorded, and there
-    are points to lose (a zero is final whenever it arrived)."""
-    return duedate is not None and timestamp is None and score > 0
+HELD_UNSURE = ("held for the instructor: collect recorded a change time just before the due date but saw the "
+               "submission only after it, and a change through a shared file mapping can reach a file that long "
+               "before its change time shows it (autograder/arrivals.py); the final score is withheld until the "
+               "instructor records the arrival (python -m autograder deadlines CHAPTER --received STUDENT=ISO)")
+
+
+def held(duedate: _dt.datetime | None, timestamp: _dt.datetime | None, score: float,
+         unsure_until: _dt.datetime | None = None) -> bool:
+    """Whether a submission's final score is withheld: a due date is set, there are points to lose (a zero is
+    final whenever it arrived), and either no arrival time is recorded or the due date lies between the recorded
+    time and ``unsure_until``, the latest the submission could have reached its state (``Arrival.unsure_until``:
+    a ``ctime`` can lag a change through a shared mapping). ``duedate`` includes any extension."""
+    if duedate is None or score <= 0:
+        return False
+    return timestamp is None or (unsure_until is not None and timestamp <= duedate < unsure_until)
 
 
 @dataclass
@@ -59,6 +71,7 @@ class Lateness:
     seconds_late: float
     penalty: float | None  # None: nbgrader's "no penalty assigned" (also when on time)
     held: bool = False  # no arrival time while a due date is set: the whole score withheld (penalty == score)
+    reason: str = ""  # HELD or HELD_UNSURE when held
 
     @property
     def points(self) -> float:
@@ -93,15 +106,17 @@ class Policy:
         return float(self._pre._check_late_penalty(SimpleNamespace(score=score), raw))
 
     def lateness(self, student_id: str, score: float, timestamp: _dt.datetime | None,
-                 duedate: _dt.datetime | None, extension: _dt.timedelta | None = None) -> Lateness:
+                 duedate: _dt.datetime | None, extension: _dt.timedelta | None = None,
+                 unsure_until: _dt.datetime | None = None) -> Lateness:
         """nbgrader's ``SubmittedAssignment.total_seconds_late`` and the penalty. ``timestamp`` is the recorded
-        arrival (autograder/arrivals.py). No due date: on time. A due date and no arrival: :func:`held`, the whole
-        score withheld (never "on time")."""
-        if held(duedate, timestamp, score):
-            return Lateness(0.0, float(score), held=True)
+        arrival (autograder/arrivals.py), ``unsure_until`` its ``Arrival.unsure_until``. No due date: on time. A
+        due date and no arrival, or one the arrival may have missed: :func:`held`, the whole score withheld (never
+        "on time")."""
+        due = duedate + extension if duedate is not None and extension is not None else duedate
+        if held(due, timestamp, score, unsure_until):
+            return Lateness(0.0, float(score), held=True, reason=HELD if timestamp is None else HELD_UNSURE)
         if timestamp is None or duedate is None:
             return Lateness(0.0, None)
-        due = duedate + extension if extension is not None else duedate
         late = max(0.0, (timestamp - due).total_seconds())
         return Lateness(late, self.penalty(student_id, score, late))
 

@@ -574,3 +574,55 @@ def test_one_learners_entry_never_stops_collect_for_the_others(tmp_path):
     assert [r["student"] for r in records] == ["root"]
     assert (course.grading / "submitted" / "root" / CHAPTER / f"{CHAPTER}.ipynb").is_file()
     assert not (course.grading / "submitted" / "nobody").exists()
+
+
+@pytest.mark.unit
+def test_a_change_time_just_before_the_due_date_seen_after_it_is_held(tmp_path):
+    """Issue 41 red team: after a first write through a shared file mapping, further writes leave ``ctime`` as it
+    was until writeback cleans the page (dirty_expire + dirty_writeback: 35 s on this machine), so work changed up
+    to that long after the recorded time could look on time. A collect record (synthetic: no wait) whose time lies
+    within that bound before the due date, seen by collect after it, is held for the instructor with a fixed
+    sentence, in the gradebook and through a later recomputation; one recorded well before, or seen before the due
+    date, is on time; the instructor's own record lifts the hold."""
+    from autograder import arrivals
+    from autograder.late_policy import HELD_UNSURE
+
+    lag = arrivals.ctime_lag_bound_s()
+    centis = [int(open(p).read().split()[0]) for p in arrivals.WRITEBACK_SETTINGS]
+    assert lag == sum(centis) / 100 > 0, "the bound is the kernel's own writeback settings"
+    line = {"v": 1, "chapter": "ch", "student": "ada", "arrived": (DUE - dt.timedelta(seconds=10)).isoformat(),
+            "source": "collect", "notebooks": {"ch.ipynb": "0" * 64}, "ctime_lag_s": 35.0,
+            "observed": (DUE + dt.timedelta(minutes=5)).isoformat()}
+
+    def arrival(**changes):
+        return arrivals.Arrival.from_json({**line, **changes})
+
+    unsure = arrival()
+    assert unsure.unsure_until == DUE + dt.timedelta(seconds=25)
+    policy = _policy(method="zero")
+    late = policy.lateness("ada", 10.0, unsure.arrived, DUE, None, unsure.unsure_until)
+    assert (late.held, late.reason, late.points) == (True, HELD_UNSURE, 10.0)
+    for fine in (arrival(arrived=(DUE - dt.timedelta(seconds=40)).isoformat()),  # before the bound
+                 arrival(observed=(DUE - dt.timedelta(seconds=1)).isoformat()),  # collect saw it before the due date
+                 arrival(source="instructor")):  # the instructor's own time
+        late = policy.lateness("ada", 10.0, fine.arrived, DUE, None, fine.unsure_until)
+        assert (late.held, late.penalty) == (False, None), fine
+    assert policy.lateness("ada", 10.0, unsure.arrived, DUE, dt.timedelta(hours=1), unsure.unsure_until).penalty \
+        is None, "an extension past the bound: on time"
+
+    course, ch = Course(), "03_scoring_functions"
+    db = "sqlite:///" + str(tmp_path / "gradebook.db")
+    set_deadlines(db, ch, DUE, [])
+    with GradebookWriter(db, policy=policy) as w:
+        w.register_chapter(ch, nbformat.read(course.source_notebook(ch), as_version=4))
+        assert w.lateness_of("ada", ch, unsure.arrived, 10.0, unsure.unsure_until).held
+        w.write_result(_result(course, "ada", ch, 99), key="k", timestamp=unsure.arrived,
+                       unsure_until=unsure.unsure_until)
+        w.write_result(_result(course, "bea", ch, 99), key="k", timestamp=DUE - dt.timedelta(seconds=40),
+                       unsure_until=DUE - dt.timedelta(seconds=5))
+        assert [r["student"] for r in w.results([ch]) if r.late.held] == ["ada"]
+        w.reapply_penalties(ch)  # e.g. after a due date moved: still held until the instructor records a time
+        assert [r["student"] for r in w.results([ch]) if r.late.held] == ["ada"]
+    with Gradebook(db, course_id=COURSE_ID) as gb:
+        comments = [c.auto_comment or "" for n in gb.find_submission(ch, "ada").notebooks for c in n.comments]
+        assert any(HELD_UNSURE in c for c in comments)
