@@ -891,7 +891,6 @@ def test_a_forged_warm_list_reaches_the_zygote_only_as_names_it_owns():
     assert engine._warm == {"sympy"} and set(engine._warm) <= set(WARM_UPS)
 
 
-
 _PROCESS_PROBE = r"""
 import json, os, subprocess, sys, threading
 from autograder.sandbox import seccomp
