@@ -631,9 +631,13 @@ class Engine:
                                   learner_said=report.get("learner_said") or (), **found)
         leaks = trusted.LeakFilter([c.source for c in source.cells if is_graded_test(c) and trusted.is_hidden(c.source)])
         started = time.perf_counter()
-        decided = _decide(prof, executed, fixed.tests, self._graded_cells(chapter), leaks, self.limits.cell_timeout_s)
+        decided = _add_budget_notes(_decide(prof, executed, fixed.tests, self._graded_cells(chapter), leaks,
+                                            self.limits.cell_timeout_s), notes)
+        if notes and not memory_budget.proven(self.isolation):  # rlimits only: a budget is a claim there
+            decided, flag = memory_budget.withhold(decided, notes, base["isolation"])
+            found["flags"] = found["flags"] + ([flag] if flag else [])
         self._add_stage("decision", time.perf_counter() - started)
-        return GradingResult(status="graded", cells=tuple(_add_budget_notes(decided, notes)), **base, **found)
+        return GradingResult(status="graded", cells=tuple(decided), **base, **found)
 
 
 def _duration(value) -> float:

@@ -127,3 +127,42 @@ def note(budget: dict, refused: bool = False) -> str:
             + (", in one process: it cannot start processes or programs (the notebook tried, and was refused)"
                if refused else "")
             + (f": {budget['hint']}" if budget["hint"] else ""))
+
+
+# -- where a budget is proven ---------------------------------------------------------------------------------
+# A budget is proven only by a memory cgroup, which charges the pages a job touches. Without one the limit is
+# RLIMIT_AS, which counts address space, and a process can free address space inside itself: an independent
+# examination (issue 41) unmapped libtorch's 325 MB of code in chapter 9's tiled_attention, built the whole
+# 256 MiB score table in NumPy, freed it and mapped the code back, and kept both budget cells' points at the user
+# and process levels as an ordinary account (36/36 against 32/36; at the root level, with a cgroup, 32/36). So
+# where the sandbox has no cgroup a budget cell earns nothing: its checks still run and their messages are shown
+# (the learner learns whether the values are right), and the instructor is told which points were withheld.
+def proven(isolation: dict) -> bool:
+    """Whether the sandbox level described by ``isolation`` (``levels.describe``: its ``cgroup`` backend) holds a
+    memory budget from outside the learner's process."""
+    return str(isolation.get("cgroup") or "none") != "none"
+
+
+def not_proven(budget: dict, label: str) -> str:
+    """The learner's line for a budget cell whose points are withheld (the grader's own words only)."""
+    return (f"not awarded here: this test's memory budget of {budget['mb']:g} MiB can only be proven under a memory "
+            f"cgroup, and this grader runs without one (isolation: {label}); your instructor can regrade it where "
+            "one exists")
+
+
+def withhold(cells: list, notes: dict[str, dict], label: str) -> tuple[list, str | None]:
+    """Budget cells scored 0 with :func:`not_proven` first in their messages, and the instructor's flag naming the
+    cells and points withheld (None when no budget cell had points to withhold). ``cells`` are CellResults."""
+    out, withheld = [], []
+    for cell in cells:
+        info = notes.get(cell.grade_id)
+        if info is not None:
+            if cell.score:
+                withheld.append(f"{cell.grade_id} ({cell.score:g} of {cell.max_score:g})")
+            cell = replace(cell, passed=False, score=0.0, messages=(not_proven(info["budget"], label), *cell.messages))
+        out.append(cell)
+    flag = None
+    if withheld:
+        flag = ("memory-budget points withheld: this sandbox has no memory cgroup, so a budget is not proven "
+                f"(isolation: {label}): " + ", ".join(withheld))
+    return out, flag

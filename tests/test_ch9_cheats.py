@@ -13,7 +13,10 @@ holds per process: a tiled_attention that computed the whole score table in anot
 (issue 41). A budget's job may start no process and no program now, at every level (seccomp): the cheats that hand
 Q, K and V to a fresh Python or to a fork lose the budget cells' points at the root, user and process levels, as
 root and as an ordinary account (tests/test_unprivileged.py's throwaway account runs this module as
-``python -m tests.test_ch9_cheats COURSE LEVEL OUT.json``), and the reference keeps full marks at each.
+``python -m tests.test_ch9_cheats COURSE LEVEL OUT.json``). A third cheat starts nothing: it unmaps torch's code
+in the kernel itself, which makes room under RLIMIT_AS, and maps it back afterwards. An rlimit cannot hold that, so
+without a cgroup no budget cell earns points (the reference included: it keeps every other point, and the
+instructor is told what was withheld); with one, the reference keeps full marks and every cheat loses the budget.
 """
 from __future__ import annotations
 
@@ -252,7 +255,43 @@ def _elsewhere(q, k, v, causal):
     return out.copy(), _np.frombuffer(raw[cut:], dtype=_np.float32).reshape(q.shape[0], q.shape[1]).copy()
 ''' + AT_THE_BUDGET_SIZES
 
-ANOTHER_PROCESS = {"child-python": CHILD_PYTHON, "fork": FORKED}
+# (c) no other process: the kernel itself unmaps torch's read-only segments (its code: RLIMIT_AS counts address
+# space, and they are most of it), builds the whole table in numpy, then maps the same file ranges back in place
+# (issue 41's examination: it kept both budget cells at the rlimit levels; a cgroup charges pages, not addresses)
+IN_PLACE = WHOLE_TABLE + """
+import ctypes as _ctypes
+import mmap as _mmap
+import os as _os
+
+_libc = _ctypes.CDLL(None, use_errno=True)
+_libc.mmap.restype = _ctypes.c_void_p
+_libc.mmap.argtypes = [_ctypes.c_void_p, _ctypes.c_size_t, _ctypes.c_int, _ctypes.c_int, _ctypes.c_int, _ctypes.c_long]
+_libc.munmap.argtypes = [_ctypes.c_void_p, _ctypes.c_size_t]
+
+
+def _elsewhere(q, k, v, causal):
+    spans = []
+    with open("/proc/self/maps") as fh:
+        for line in fh:
+            parts = line.split()
+            if len(parts) == 6 and parts[5].endswith("libtorch_cpu.so") and "w" not in parts[1]:
+                start, end = (int(x, 16) for x in parts[0].split("-"))
+                prot = (_mmap.PROT_READ if "r" in parts[1] else 0) | (_mmap.PROT_EXEC if "x" in parts[1] else 0)
+                spans.append((start, end - start, prot, int(parts[2], 16), parts[5]))
+    fd = _os.open(spans[0][4], _os.O_RDONLY)
+    for start, size, _prot, _off, _path in spans:
+        _libc.munmap(start, size)
+    try:
+        out, lse = _whole_table(q, k, v, causal)  # nothing of torch may run until it is mapped back
+    finally:
+        for start, size, prot, off, _path in spans:
+            _libc.mmap(start, size, prot, _mmap.MAP_PRIVATE | 0x10, fd, off)  # 0x10: MAP_FIXED
+        _os.close(fd)
+    return out, lse
+""" + AT_THE_BUDGET_SIZES
+
+ANOTHER_PROCESS = {"child-python": CHILD_PYTHON, "fork": FORKED, "in-place": IN_PLACE}
+REFUSED_CHEATS = ("child-python", "fork")  # the two that start a process: the seccomp filter refuses them
 # flash_attention's forward pass is the learner's tiled_attention: the cheat reaches its budget cell too
 BUDGET_CELLS = ("test_tiled_memory_hidden", "test_flash_memory_hidden")
 REFUSED = "cannot start processes or programs"  # what a budget cell's feedback says then (memory_budget.note)
@@ -306,10 +345,22 @@ def another_process(request, tmp_path_factory):
 
 
 @pytest.mark.timeout(1500)
-def test_the_reference_keeps_full_marks_where_no_process_may_start(another_process):
+def test_the_reference_keeps_full_marks_where_a_budget_is_proven(another_process):
+    """With a cgroup (as root here) the reference keeps every point. With rlimits only (an ordinary account) a
+    budget is not proven (autograder/memory_budget.py): its cells earn nothing, say why, and the instructor's flag
+    names them; every other cell keeps its points."""
     ref = another_process["reference"]
     assert ref.status == "graded", ref.reason
-    assert ref.score == ref.max_score, [(c.grade_id, c.messages) for c in ref.cells if not c.passed]
+    if "(rlimits" not in ref.isolation:  # levels.describe's label names the cgroup backend, or "rlimits"
+        assert ref.score == ref.max_score, [(c.grade_id, c.messages) for c in ref.cells if not c.passed]
+        assert not any("withheld" in f for f in ref.flags), ref.flags
+        return
+    lost = {c.grade_id for c in ref.cells if not c.passed}
+    assert lost == set(BUDGET_CELLS), lost
+    for gid in BUDGET_CELLS:
+        assert ref.cell(gid).messages[0].startswith("not awarded here: this test's memory budget"), ref.cell(gid).messages
+    assert any(f.startswith("memory-budget points withheld") and all(g in f for g in BUDGET_CELLS) for f in ref.flags), \
+        ref.flags
 
 
 @pytest.mark.timeout(1500)
@@ -320,7 +371,8 @@ def test_the_whole_table_in_another_process_loses_the_budget_points(another_proc
     kept = {gid: result.cell(gid).score for gid in BUDGET_CELLS if result.cell(gid).score > 0}
     assert not kept, f"{cheat} kept points in {kept}"
     tiled = result.cell("test_tiled_memory_hidden")
-    assert any(REFUSED in m for m in tiled.messages), tiled.messages
+    if cheat in REFUSED_CHEATS:
+        assert any(REFUSED in m for m in tiled.messages), tiled.messages
     others = {c.grade_id for c in result.cells if not c.passed} - set(BUDGET_CELLS)
     assert not others, f"{cheat} lost points outside the budget cells: {others}"
 

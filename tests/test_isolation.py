@@ -621,7 +621,8 @@ def test_each_level_says_what_it_lacks():
     user = levels.describe("user", _found(userns=True))
     assert user["label"] == "user (rlimits, seccomp)"
     assert user["lacks"] == ["no cgroup: memory limited by RLIMIT_AS and processes by RLIMIT_NPROC (a notebook over "
-                             "a limit sees an error instead of being stopped)"]
+                             "a limit sees an error instead of being stopped); memory budgets are not proven, so "
+                             "budget cells earn no points (autograder/memory_budget.py)"]
     proc = levels.describe("process", _found(landlock=0))
     assert proc["label"] == "process (rlimits, no landlock, seccomp)"
     assert any(line.startswith("no Landlock: the kernel can read whatever this account can read") for line in proc["lacks"])

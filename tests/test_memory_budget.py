@@ -80,3 +80,27 @@ def test_a_refused_process_is_named_in_the_budget_cells_feedback():
             (refused, 5), ({"status": "zero", "cells": {}}, 4), ({"cells": {"4": {"outputs": "forged"}}}, 4),
             ({"cells": {"4": ["forged"]}}, 4)):
         assert not memory_budget.refused_a_process(report, index)
+
+
+def test_without_a_cgroup_budget_cells_earn_nothing_and_the_instructor_is_told():
+    """An rlimit counts address space, which a process can free inside itself (issue 41's examination kept both
+    chapter 9 budget cells that way): only a cgroup proves a budget, so elsewhere its points are withheld."""
+    from autograder.results import CellResult
+    from autograder.sandbox import levels
+
+    assert memory_budget.proven({"cgroup": "v1"}) and memory_budget.proven({"cgroup": "v2"})
+    assert not memory_budget.proven({"cgroup": "none"}) and not memory_budget.proven({})
+    found = {"cgroup": type("B", (), {"name": "none"})(), "seccomp": True, "landlock": 6, "root": False,
+             "cgroup_reasons": []}
+    assert memory_budget.proven(levels.describe("user", found)) is False
+    budget = {"mb": 64.0, "hint": "use tiles"}
+    cells = [CellResult("t1", 1.0, True), CellResult("t2", 2.0, True, ("values right",)),
+             CellResult("t3", 2.0, False, ("wrong values",))]
+    out, flag = memory_budget.withhold(cells, {"t2": {"budget": budget}, "t3": {"budget": budget}},
+                                       "user (rlimits, seccomp)")
+    assert [(c.grade_id, c.score, c.passed) for c in out] == [("t1", 1.0, True), ("t2", 0.0, False), ("t3", 0.0, False)]
+    assert out[1].messages == (memory_budget.not_proven(budget, "user (rlimits, seccomp)"), "values right")
+    assert out[1].messages[0].startswith("not awarded here: this test's memory budget of 64 MiB can only be proven")
+    assert flag == ("memory-budget points withheld: this sandbox has no memory cgroup, so a budget is not proven "
+                    "(isolation: user (rlimits, seccomp)): t2 (2 of 2)")  # t3 had no points to withhold
+    assert memory_budget.withhold(cells[:1], {}, "x") == (cells[:1], None)

@@ -82,7 +82,8 @@ def describe(level: str, found: dict) -> dict:
     lacks = []
     if not has_cgroup:
         lacks.append("no cgroup: memory limited by RLIMIT_AS and processes by RLIMIT_NPROC (a notebook over a "
-                     "limit sees an error instead of being stopped)")
+                     "limit sees an error instead of being stopped); memory budgets are not proven, so budget cells "
+                     "earn no points (autograder/memory_budget.py)")
     if level == "process":
         lacks.append("no namespaces: the kernel shares the host's network stack, process table and file "
                      "system view (seccomp refuses sockets" + (")" if found["seccomp"] else " - but seccomp is "
