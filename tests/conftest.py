@@ -28,20 +28,20 @@ KINDS = ("unit", "notebooks", "sandbox", "services")
 
 
 # CPU seconds each test file takes in the whole suite on 2 cores (`pytest --cpu-report`, scripts/cpu_report.py;
-# measured 2026-11-26 on a clone at 59ad347, where the reference profiles are built inside whichever of the
+# measured 2026-11-27 on a fresh clone at af43145, where the reference profiles are built inside whichever of the
 # first two files takes the lock first). Whole files go to the xdist workers in this order, longest first
 # (scripts/run_tests.sh passes --no-loadscope-reorder, which would otherwise order them by their number of tests
 # and leave single long tests, the services, for last), so the suite does not end with one worker finishing a long
 # file while the other idles. Only the order depends on these numbers: a stale one costs time, never a result; a
 # file not listed goes last.
-FILE_SECONDS = {"test_chapters.py": 270, "test_catalogues.py": 142, "test_batch.py": 81, "test_release.py": 81,
-                "test_shortcuts.py": 78, "test_nbval.py": 73, "test_isolation.py": 72, "test_unprivileged.py": 72,
-                "test_kit.py": 62, "test_mutants.py": 58, "test_deadlines.py": 37, "test_postgres.py": 31,
-                "test_exchange.py": 31, "test_devices.py": 23, "test_dask.py": 21, "test_formgrader.py": 20,
-                "test_initialisation.py": 19, "test_selfcheck.py": 16, "test_ch8_cheats.py": 13,
-                "test_malformed_class.py": 13, "test_report.py": 6, "test_book_walk.py": 6, "test_export.py": 5,
-                "test_active_content.py": 5, "test_ch9_cheats.py": 4, "test_book.py": 4, "test_grade_one.py": 4,
-                "test_verdict_properties.py": 4}
+FILE_SECONDS = {"test_chapters.py": 252, "test_catalogues.py": 147, "test_isolation.py": 127, "test_release.py": 88,
+                "test_unprivileged.py": 81, "test_nbval.py": 78, "test_kit.py": 75, "test_batch.py": 74,
+                "test_mutants.py": 71, "test_shortcuts.py": 66, "test_ch9_cheats.py": 57, "test_deadlines.py": 47,
+                "test_exchange.py": 37, "test_benchmarks.py": 34, "test_postgres.py": 27, "test_devices.py": 24,
+                "test_initialisation.py": 22, "test_selfcheck.py": 17, "test_formgrader.py": 16,
+                "test_malformed_class.py": 16, "test_ch8_cheats.py": 13, "test_similarity.py": 13, "test_book.py": 12,
+                "test_dask.py": 11, "test_report.py": 8, "test_book_walk.py": 7, "test_intake.py": 7,
+                "test_new_gradebook.py": 4, "test_active_content.py": 4, "test_verdict_properties.py": 4}
 
 
 @pytest.hookimpl(tryfirst=True)  # before -m deselects, so every collected test is checked
