@@ -12,42 +12,58 @@ from matplotlib.ticker import MaxNLocator
 BOOLEAN_COLOURS = ("#e8e8e8", "#1f4e9c")
 
 
-def show_heatmaps(matrices, titles=None, xlabel="keys", ylabel="queries", cmap="Purples", figsize_per=2.8,
-                  shared_scale=True, vmax=None, suptitle=None, boolean=False, legend=("False", "True")):
-    """Draw attention-weight heatmaps whose colours tell the truth, at most three to a row (more side by side
-    would be shrunk to the book's column width until their labels cannot be read).
+def plot_attention_grid(maps, *, titles=None, key_axis="keys", query_axis="queries", colour_map="Purples",
+                        panel_inches=2.8, shared_scale=True, scale_top=None, heading=None, boolean=False,
+                        legend=("False", "True")):
+    """Draw attention maps as a grid of heatmaps whose colours tell the truth, at most three to a row (more side
+    by side would be shrunk to the book's column width until their labels cannot be read).
 
     Args:
-        matrices: a tensor or array of shape (n, rows, cols), one heatmap each (on any device).
-        titles: optional list of n titles.
-        shared_scale: True (default) puts every panel on one colour scale, 0 .. ``vmax``, with one
+        maps: a tensor or array of shape (n, queries, keys), one panel each (on any device).
+        titles: optional list of n panel titles.
+        key_axis, query_axis: the words under the columns and beside the rows.
+        colour_map: the matplotlib colour map of weight panels.
+        panel_inches: the side of one panel, in inches.
+        shared_scale: True (default) puts every panel on one colour scale, 0 .. ``scale_top``, with one
             colour bar, so equal colours mean equal weights across panels. False gives each panel its
             own scale *and its own colour bar* (for panels whose ranges differ by orders of magnitude).
-        vmax: the top of the shared scale; default the largest entry over all panels.
+        scale_top: the top of the shared scale; default the largest entry over all panels.
+        heading: an optional title over the whole grid.
         boolean: True draws yes/no data (masks, "can depend on") in two flat colours with a legend naming
-            them (``legend``: the words for False and True) and no colour bar. Refuses matrices with any
+            them (``legend``: the words for False and True) and no colour bar. Refuses maps with any
             value other than 0 and 1, so a weight map is never shown as if it were a mask.
     """
     import numpy as np
     import torch
 
-    if torch.is_tensor(matrices):
-        matrices = matrices.detach().float().cpu().numpy()
-    matrices = np.asarray(matrices, dtype=float)
-    if boolean and not np.isin(matrices, (0.0, 1.0)).all():
-        raise ValueError("boolean=True draws 0/1 (False/True) data only; these matrices hold other values")
-    top = float(vmax) if vmax is not None else max(float(matrices.max()), 1e-12)
+    if torch.is_tensor(maps):
+        maps = maps.detach().float().cpu().numpy()
+    maps = np.asarray(maps, dtype=float)
+    if boolean and not np.isin(maps, (0.0, 1.0)).all():
+        raise ValueError("boolean=True draws 0/1 (False/True) data only; these maps hold other values")
+    top = float(scale_top) if scale_top is not None else max(float(maps.max()), 1e-12)
     # The book shows a three-panel row at its column width, about 0.7 of the figure's own size, so the text
     # is drawn larger than matplotlib's 10 pt default to stay readable there (issue 28).
     with plt.rc_context({"font.size": 12, "axes.titlesize": 13, "axes.labelsize": 12, "legend.fontsize": 12}):
-        fig = _draw(matrices, titles, xlabel, ylabel, cmap, figsize_per, shared_scale, top, suptitle, boolean,
-                    legend)
+        fig = _draw(maps, titles, key_axis, query_axis, colour_map, panel_inches, shared_scale, top, heading,
+                    boolean, legend)
     _show(fig, {"mode": "boolean" if boolean else "weights",
                 "colour_bars": sum(ax.get_label() == "<colorbar>" for ax in fig.axes),
-                "yes_no_data": bool(np.isin(matrices, (0.0, 1.0)).all())})
+                "yes_no_data": bool(np.isin(maps, (0.0, 1.0)).all())})
 
 
-# The key under which a notebook output records how show_heatmaps drew it.
+# The old name and keywords, kept only while the chapters move to plot_attention_grid (issue 43); removed once no
+# notebook calls it.
+_OLD_KEYWORDS = {"xlabel": "key_axis", "ylabel": "query_axis", "cmap": "colour_map", "figsize_per": "panel_inches",
+                 "vmax": "scale_top", "suptitle": "heading"}
+
+
+def show_heatmaps(matrices, titles=None, **keywords):
+    """Deprecated name of :func:`plot_attention_grid` (old keyword names accepted)."""
+    plot_attention_grid(matrices, titles=titles, **{_OLD_KEYWORDS.get(k, k): v for k, v in keywords.items()})
+
+
+# The key under which a notebook output records how plot_attention_grid drew it.
 RECORD_KEY = "attention_course/heatmaps"
 
 
@@ -64,29 +80,29 @@ def _show(fig, record):
         plt.show()
 
 
-def _draw(matrices, titles, xlabel, ylabel, cmap, figsize_per, shared_scale, top, suptitle, boolean, legend):
-    n = len(matrices)
+def _draw(maps, titles, key_axis, query_axis, colour_map, panel_inches, shared_scale, top, heading, boolean, legend):
+    n = len(maps)
     ncols = min(n, 3)
     nrows = -(-n // ncols)
-    fig, grid = plt.subplots(nrows, ncols, figsize=(figsize_per * ncols + 0.8, figsize_per * nrows), squeeze=False,
+    fig, grid = plt.subplots(nrows, ncols, figsize=(panel_inches * ncols + 0.8, panel_inches * nrows), squeeze=False,
                              constrained_layout=True)
     axes = grid.ravel()
     for ax in axes[n:]:  # the empty places of the last row
         ax.set_visible(False)
     for i, ax in enumerate(axes[:n]):
-        panel_top = top if shared_scale else max(float(matrices[i].max()), 1e-12)
+        panel_top = top if shared_scale else max(float(maps[i].max()), 1e-12)
         if boolean:
-            image = ax.imshow(matrices[i], cmap=ListedColormap(BOOLEAN_COLOURS), vmin=0.0, vmax=1.0,
+            image = ax.imshow(maps[i], cmap=ListedColormap(BOOLEAN_COLOURS), vmin=0.0, vmax=1.0,
                               interpolation="nearest")
         else:
-            image = ax.imshow(matrices[i], cmap=cmap, vmin=0.0, vmax=panel_top)
+            image = ax.imshow(maps[i], cmap=colour_map, vmin=0.0, vmax=panel_top)
         # Rows and columns are positions: integer ticks, at most about five, so that two-digit labels at the
         # larger font do not run into each other.
         ax.xaxis.set_major_locator(MaxNLocator(nbins=5, integer=True))
         ax.yaxis.set_major_locator(MaxNLocator(nbins=5, integer=True))
-        ax.set_xlabel(xlabel)
+        ax.set_xlabel(key_axis)
         if i % ncols == 0:
-            ax.set_ylabel(ylabel)
+            ax.set_ylabel(query_axis)
         if titles:
             ax.set_title(titles[i])
         if not shared_scale and not boolean:
@@ -98,6 +114,6 @@ def _draw(matrices, titles, xlabel, ylabel, cmap, figsize_per, shared_scale, top
     elif shared_scale:
         # One scale for every panel, so one bar describes them all.
         fig.colorbar(image, ax=axes[:n].tolist(), shrink=0.8)
-    if suptitle:
-        fig.suptitle(suptitle)
+    if heading:
+        fig.suptitle(heading)
     return fig

@@ -31,6 +31,8 @@ WINDOW = (1280, 900)
 # size a 10 pt label is still about 8 px high, the least a reader can read at normal zoom; a figure shown
 # smaller than that has to be drawn narrower or split (the fix belongs in the chapter).
 MIN_SHARE = 0.6
+# The grid helper's names: plot_attention_grid, and show_heatmaps while chapters still call the old name.
+GRID_HELPERS = ("plot_attention_grid", "show_heatmaps")
 
 FIGURES = """Array.from(document.querySelectorAll('main img')).map(img => ({
     src: img.getAttribute('src'), natural: img.naturalWidth, shown: img.getBoundingClientRect().width}))"""
@@ -168,21 +170,21 @@ def _heatmap_records(chapter: str) -> list[dict]:
 
 
 def yes_no_data_on_a_colour_bar(records: list[dict]) -> list[dict]:
-    """The heatmaps, among ``records`` (plots.show_heatmaps' records), that draw yes/no data on a colour bar."""
+    """The heatmaps, among ``records`` (plots.plot_attention_grid' records), that draw yes/no data on a colour bar."""
     return [r for r in records if r["yes_no_data"] and r["colour_bars"]]
 
 
 @pytest.mark.parametrize("chapter", PAGES)
 def test_no_yes_no_data_on_a_colour_bar(chapter):
-    """Every heatmap a chapter shows records how plots.show_heatmaps drew it (the stored notebook's output
+    """Every heatmap a chapter shows records how plots.plot_attention_grid drew it (the stored notebook's output
     metadata, the same notebook the book renders): yes/no data (only 0 and 1: masks, receptive fields) must be
     drawn in the boolean mode, two colours and a legend, because a colour bar promises values in between that
     the data do not have."""
     source = nbformat.read(ROOT / f"{chapter}.ipynb", as_version=4)
-    calls = sum(c.source.count("show_heatmaps(") for c in source.cells if c.cell_type == "code")
+    calls = sum(c.source.count(f"{name}(") for c in source.cells if c.cell_type == "code" for name in GRID_HELPERS)
     records = _heatmap_records(chapter)
     assert len(records) >= min(calls, 1), (
-        f"{chapter} calls show_heatmaps but its stored outputs carry no record of how: release the chapter again "
+        f"{chapter} calls plot_attention_grid but its stored outputs carry no record of how: release the chapter again "
         "(python -m autograder release) so its figures are drawn by the current attention_course.plots")
     on_a_bar = yes_no_data_on_a_colour_bar(records)
     assert not on_a_bar, f"{chapter}: {len(on_a_bar)} heatmaps of yes/no data drawn on a colour bar: {on_a_bar}"
@@ -190,7 +192,7 @@ def test_no_yes_no_data_on_a_colour_bar(chapter):
 
 def test_the_colour_bar_check_sees_the_boolean_mode_and_a_mask_on_a_bar():
     """The check above is alive: the book holds heatmaps drawn in each mode, and a record of a mask drawn on a
-    colour bar (what plots.show_heatmaps records for a 0/1 matrix without boolean=True) is caught."""
+    colour bar (what plots.plot_attention_grid records for a 0/1 matrix without boolean=True) is caught."""
     records = [r for chapter in PAGES for r in _heatmap_records(chapter)]
     assert {r["mode"] for r in records} == {"boolean", "weights"}, f"modes recorded: {records}"
     mask_on_a_bar = {"mode": "weights", "colour_bars": 1, "yes_no_data": True}

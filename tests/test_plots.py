@@ -11,7 +11,7 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-from attention_course.plots import BOOLEAN_COLOURS, show_heatmaps  # noqa: E402
+from attention_course.plots import BOOLEAN_COLOURS, plot_attention_grid  # noqa: E402
 
 pytestmark = pytest.mark.unit
 
@@ -29,8 +29,8 @@ def _colour_bars(fig):
 
 def test_boolean_maps_get_two_colours_a_legend_and_no_colour_bar():
     mask = torch.tensor([[True, False, False], [True, True, False], [True, True, True]])
-    show_heatmaps(torch.stack([mask, ~mask]), titles=["causal", "its complement"], boolean=True,
-                  legend=("masked", "attends"))
+    plot_attention_grid(torch.stack([mask, ~mask]), titles=["causal", "its complement"], boolean=True,
+                        legend=("masked", "attends"))
     fig = plt.gcf()
     assert not _colour_bars(fig), "a boolean map must not promise in-between values with a colour bar"
     assert len(fig.legends) == 1
@@ -44,7 +44,7 @@ def test_boolean_maps_get_two_colours_a_legend_and_no_colour_bar():
 
 
 def test_weights_keep_their_colour_bar_and_have_no_legend():
-    show_heatmaps(torch.softmax(torch.randn(2, 4, 4), dim=-1), titles=["a", "b"])
+    plot_attention_grid(torch.softmax(torch.randn(2, 4, 4), dim=-1), titles=["a", "b"])
     fig = plt.gcf()
     assert len(_colour_bars(fig)) == 1
     assert not fig.legends
@@ -56,7 +56,7 @@ def test_weights_keep_their_colour_bar_and_have_no_legend():
 
 def test_boolean_mode_refuses_data_that_is_not_yes_or_no():
     with pytest.raises(ValueError, match="0/1"):
-        show_heatmaps(torch.full((1, 3, 3), 0.5), boolean=True)
+        plot_attention_grid(torch.full((1, 3, 3), 0.5), boolean=True)
 
 
 def test_in_a_notebook_each_heatmap_records_its_mode_for_the_book_walk(monkeypatch):
@@ -70,9 +70,9 @@ def test_in_a_notebook_each_heatmap_records_its_mode_for_the_book_walk(monkeypat
     monkeypatch.setattr(plots.matplotlib, "get_backend", lambda: "module://matplotlib_inline.backend_inline")
     monkeypatch.setattr(IPython.display, "display", lambda fig, metadata: shown.append((fig, metadata)))
     mask = torch.tensor([[True, False], [True, True]])
-    show_heatmaps(mask[None], boolean=True)
-    show_heatmaps(mask[None].float())  # yes/no data drawn as weights: the record says so
-    show_heatmaps(torch.softmax(torch.randn(1, 3, 3), dim=-1))
+    plot_attention_grid(mask[None], boolean=True)
+    plot_attention_grid(mask[None].float())  # yes/no data drawn as weights: the record says so
+    plot_attention_grid(torch.softmax(torch.randn(1, 3, 3), dim=-1))
     records = [metadata[plots.RECORD_KEY] for _, metadata in shown]
     assert records == [{"mode": "boolean", "colour_bars": 0, "yes_no_data": True},
                        {"mode": "weights", "colour_bars": 1, "yes_no_data": True},
