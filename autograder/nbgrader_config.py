@@ -19,8 +19,10 @@ c.CourseDirectory.submitted_directory = os.path.join("grading", "submitted")
 c.CourseDirectory.autograded_directory = os.path.join("grading", "autograded")
 c.CourseDirectory.feedback_directory = os.path.join("grading", "feedback")
 c.CourseDirectory.db_url = "sqlite:///" + os.path.join(_root, "grading", "gradebook.db")
-# mistakes.toml (the mistake catalogue) stays with the source and never reaches learners.
-c.CourseDirectory.ignore = [".ipynb_checkpoints", "*.pyc", "__pycache__", "feedback", ".*", "mistakes.toml"]
+# mistakes.toml (the mistake catalogue) and library.toml (each exercise's library one-liner, for the shortcut lint)
+# stay with the source and never reach learners.
+c.CourseDirectory.ignore = [".ipynb_checkpoints", "*.pyc", "__pycache__", "feedback", ".*", "mistakes.toml",
+                            "library.toml"]
 
 # Hidden tests are delimited explicitly; solution regions use nbgrader's defaults.
 c.ClearHiddenTests.begin_test_delimeter = "BEGIN HIDDEN TESTS"
