@@ -21,6 +21,9 @@
 - ``collect CHAPTER [--exchange DIR] [--update]``: nbgrader's collect, through this course's configuration, with
   each submission recorded under the account that owns its inbox entry and the time it arrived (the submission
   time ``grade`` uses; ``timestamp.txt`` is the learner's claim): see ``autograder/arrivals.py``.
+- ``serve [--exchange DIR] [--budget N --per SECONDS | --no-budget] [--workers N | --scheduler ADDR] ...``: grade
+  each submission as it arrives in the exchange and release its feedback at once, within a feedback budget per
+  learner (see ``autograder/serve.py``; docs/instructors.md, "Running a class on JupyterHub").
 - ``nbgrader ARGS...``: run nbgrader with this course's configuration
   (e.g. ``nbgrader autograde 03_scoring_functions``).
 """
@@ -111,6 +114,10 @@ def main(argv: list[str]) -> int:
         from .arrivals import main as collect_main
 
         return collect_main(rest)
+    if command == "serve":  # autograder/serve.py: grading on submission
+        from .serve import main as serve_main
+
+        return serve_main(rest)
     if command == "nbgrader":
         course = Course()
         return subprocess.call([sys.executable, "-m", "nbgrader", *rest], env=course.nbgrader_env(),

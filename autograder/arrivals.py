@@ -70,6 +70,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from . import learner_files
+from .atomic_files import append_line
 from .course import COURSE_ID, Course
 
 LEDGER_NAME = "arrivals.jsonl"
@@ -200,19 +201,8 @@ def ledger_path(course: Course) -> Path:
 
 
 def append(path: Path, arrival: Arrival) -> None:
-    """Add one record (one line, one ``write`` on an ``O_APPEND`` descriptor, synced): concurrent writers never
-    interleave inside a line, and a crash leaves at most one torn last line, which :class:`Ledger` skips."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    line = (json.dumps(arrival.to_json(), sort_keys=True, ensure_ascii=True) + "\n").encode()
-    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o640)
-    try:
-        size = os.fstat(fd).st_size
-        if size and os.pread(fd, 1, size - 1) != b"\n":  # a torn line: ours starts on a line of its own
-            line = b"\n" + line
-        os.write(fd, line)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    """Add one record (atomic_files.append_line: whole lines, synced; :class:`Ledger` skips a torn last line)."""
+    append_line(path, json.dumps(arrival.to_json(), sort_keys=True, ensure_ascii=True).encode())
 
 
 class Ledger:
@@ -241,6 +231,10 @@ class Ledger:
             except (ValueError, KeyError, TypeError):
                 skipped += 1
         return cls(records, skipped)
+
+    def by_learner(self) -> dict[tuple[str, str], list[Arrival]]:
+        """{(student, chapter): their records, oldest first}."""
+        return {k: list(v) for k, v in self._by_key.items()}
 
     def records(self, student: str, chapter: str) -> list[Arrival]:
         return list(self._by_key.get((student, chapter), ()))
@@ -352,6 +346,17 @@ def scan_inbox(inbound: Path, chapter: str) -> list[InboxEntry]:
                                 claimed_when=learner_files.parse_timestamp(parts[2].decode("utf-8", "replace")),
                                 owner_uid=st.st_uid, owner=owner_name(st.st_uid)))
     return found
+
+
+def entry_id(entry: InboxEntry) -> tuple[str, int]:
+    """An inbox entry as a record names it: its (printable) name and its owner's uid. nbgrader's submit names each
+    entry with the learner's id, the time and a random suffix, so one name is one submission."""
+    return entry.name, entry.owner_uid
+
+
+def recorded_entries(ledger: "Ledger") -> set[tuple[str, int]]:
+    """The inbox entries (:func:`entry_id`) that an arrival record already names: collected and recorded."""
+    return {(r.entry, r.owner_uid) for records in ledger.by_learner().values() for r in records if r.entry}
 
 
 def choose(entries: list[InboxEntry]) -> dict[str, InboxEntry]:
@@ -479,17 +484,23 @@ class Collection:
     not_collected: dict
 
 
-def collect(course: Course, chapter: str, exchange: Path, update: bool = False, log=print) -> Collection:
+def collect(course: Course, chapter: str, exchange: Path, update: bool = False, log=print,
+            only: set[tuple[str, int]] | None = None) -> Collection:
     """Collect every learner's latest entry of ``chapter`` from ``exchange`` under the owning account, through
     nbgrader's collect, and record the arrival of each one collected. One entry never stops the others: an
     entry past a budget is refused before it is copied, and when nbgrader's collect fails on the staged entries
-    together it runs again on each one alone, so only the failing entry is left out (one line each)."""
+    together it runs again on each one alone, so only the failing entry is left out (one line each).
+
+    ``only``: collect a learner only when their chosen entry is one of these (:func:`entry_id`), e.g. the entries
+    no record names yet (:func:`recorded_entries`): ``serve`` collects each entry once, as it arrives."""
     inbound = exchange / COURSE_ID / "inbound"
     entries = scan_inbox(inbound, chapter)
     for entry in entries:
         if entry.owner is None:  # the entry's name is the learner's text: not printed
             log(f"skipped an inbox entry owned by uid {entry.owner_uid}, which is no account")
     chosen = choose(entries)
+    if only is not None:
+        chosen = {owner: entry for owner, entry in chosen.items() if entry_id(entry) in only}
     submitted = course.grading / "submitted"
     written, not_collected = [], {}
     lag = ctime_lag_bound_s()

@@ -212,8 +212,12 @@ def grade_on_dask_worker(bundle: dict, task: dict, payload: bytes | None, module
 class LocalBackend:
     """N worker processes, each with one warm engine; tasks handed out one at a time to idle workers."""
 
-    def __init__(self, workers: int, course_root: Path, module_name: str, limits: dict, max_restarts: int = 8):
+    def __init__(self, workers: int, course_root: Path, module_name: str, limits: dict, max_restarts: int = 8,
+                 keep_warm: bool = False):
         self.n = max(1, workers)
+        # keep_warm: the workers outlive a run, idle and warm, for the next (``serve``); otherwise a run asks
+        # them to stop as soon as no task is left for them (``grade``: one run per process).
+        self.keep_warm = keep_warm
         self.args = (str(course_root), module_name, limits)
         self.ctx = mp.get_context("spawn")
         self.max_restarts = max_restarts
@@ -303,17 +307,21 @@ class LocalBackend:
         pending = list(reversed(tasks))
         attempts: dict[int, int] = {}
         restarts = 0
-        ordered = sorted(self.procs, key=lambda w: not w["idle"])  # prepared (idle) workers first
-        for w in ordered[max(1, len(tasks)):]:
-            self._retire(w)  # more warm workers than tasks
+        if not self.keep_warm:
+            ordered = sorted(self.procs, key=lambda w: not w["idle"])  # prepared (idle) workers first
+            for w in ordered[max(1, len(tasks)):]:
+                self._retire(w)  # more warm workers than tasks
         self.start(len(tasks))
 
         def assign(w) -> None:
-            w["idle"] = False
             if pending:
+                w["idle"] = False
                 w["task"] = pending.pop()
                 w["conn"].send(asdict(w["task"]))
+            elif self.keep_warm:
+                w["idle"] = True  # warm, waiting for the next run
             else:
+                w["idle"] = False
                 w["closing"] = True
                 w["conn"].send(None)
 
@@ -363,6 +371,8 @@ class LocalBackend:
                         assign(w)
         finally:
             for w in list(self.procs):  # ask the rest to stop; stop() waits for them
+                if self.keep_warm and w["task"] is None:
+                    continue  # idle and warm (a worker still busy is stopped: its result has nobody to read it)
                 if not w["closing"]:
                     w["closing"] = True
                     try:

@@ -21,11 +21,11 @@ Resuming: each recorded notebook carries a key (hash of the submission, its chap
 the grading code). A run grades only submissions without a matching key, so a run killed at any point
 and started again finishes the job; ``--force`` regrades everything.
 
-The pipeline, one way: ``discovery`` (intake: the submissions, their digests, arrivals and resume keys) ->
-``backends`` (local or Dask workers, one warm engine each) -> ``results.GradingResult`` -> the sinks: the
-gradebook (``gradebook``), the executed notebook, feedback page, exchange files and CSVs (``outputs``), the
-similarity check (``similarity``) and the class report (``report``). This module is the command that runs it;
-``run_summary`` counts what it did.
+The pipeline, one way (autograder/pipeline.py, which ``serve`` walks too): intake (the submissions, their
+digests, arrivals and resume keys) -> ``backends`` (local or Dask workers, one warm engine each) ->
+``results.GradingResult`` -> the sinks: the executed notebook, feedback page and exchange files (``outputs``), the
+gradebook (``gradebook``), then for the class the CSVs, the similarity check (``similarity``) and the class report
+(``report``). This module is the command that runs it once; ``run_summary`` counts what it did.
 """
 from __future__ import annotations
 
@@ -37,14 +37,13 @@ import sys
 import time
 from pathlib import Path
 
-from . import arrivals, learner_files
 from .atomic_files import write_atomic
 from .backends import DaskBackend, LocalBackend
 from .course import Course
-from .discovery import (ENGINE_MODULE, Task, attach_arrivals, discover, engine_module_name, grading_code_hash,
-                        missing_result, recorded_keys, submission_digest, submission_key)
-from .output_files import OUTPUTS_STATE, outputs_current, outputs_digest
-from .results import GradingResult, Late
+from .discovery import ENGINE_MODULE, Task, engine_module_name, recorded_keys
+from .output_files import outputs_current
+from .pipeline import Recorder, chapter_maxima, intake, write_class_outputs
+from .results import GradingResult
 from .run_summary import Summary
 
 
@@ -68,20 +67,8 @@ def grade(course: Course, chapters: list[str] | None = None, *, workers: int | N
     limits = dict(limits or {})
     module_name = engine_module_name()
 
-    course_files = learner_files.course_inodes([course.solutions, course.chapters_dir])
-    tasks = discover(submitted, chapters, course_files, warn=log)
+    stage, tasks = intake(course, chapters, submitted, limits, warn=log)
     summary = Summary(submissions=len(tasks))
-    # The engine's defaults are part of its code (hashed); only overrides need to enter the key.
-    code_hash = grading_code_hash()
-    limits_repr = json.dumps(limits, sort_keys=True)
-    sources = {ch: course.source_notebook(ch).read_bytes() for ch in chapters}
-    # One notebook's bytes at a time (up to intake.MAX_NOTEBOOK_BYTES each, for a whole class): digests are kept.
-    digests = {id(task): submission_digest(task) for task in tasks}
-    # The submission time is the arrival the instructor's side recorded for this very notebook (autograder/
-    # arrivals.py), never the learner's timestamp.txt; it enters the key (a time recorded later regrades).
-    attach_arrivals(tasks, arrivals.Ledger.read(arrivals.ledger_path(course)), digests)
-    for task in tasks:
-        task.key = submission_key(task, sources[task.chapter], code_hash, limits_repr, digests[id(task)])
     done = recorded_keys(db_url)  # None: not SQLite, the writer answers below
     todo = tasks
     if done is not None and not force:
@@ -101,39 +88,17 @@ def grade(course: Course, chapters: list[str] | None = None, *, workers: int | N
         backend = LocalBackend(workers or os.cpu_count() or 1, course.root, module_name, limits)
     try:
         backend.start(expected_runnable)  # workers warm up (torch import) while this process opens the gradebook
-        # The sinks load nbgrader, SQLAlchemy, nbformat and (the report) matplotlib: imported only once there is
-        # something to grade, so that a run with nothing to do loads none of them (tests/test_batch.py checks).
-        # They import nothing of this module (tests/test_import_graph.py: no cycle).
+        # The gradebook loads nbgrader and SQLAlchemy: imported only once there is something to grade, so that a
+        # run with nothing to do loads neither (tests/test_batch.py checks). It imports nothing of this module.
         from .gradebook import GradebookWriter
         from .late_policy import Policy
-        from .outputs import write_csv
-        from .report import write_report
-        from .similarity import run as find_similar
 
         with GradebookWriter(db_url, policy=Policy.for_course(course)) as writer:
-            rows = _grade_into(writer, course, tasks, sources, backend, summary, force, progress, log, started)
+            rows = _grade_into(writer, Recorder(course, writer, summary, started), tasks, stage.sources, backend,
+                               summary, force, progress, log)
         summary.workers_started = getattr(backend, "started", 0)
-        t0 = time.perf_counter()
-        write_csv(course, rows)  # while the workers shut down
-        summary.add_stage("csv", time.perf_counter() - t0)
-        similar = None
-        if similarity:  # submissions that look copied (autograder/similarity.py), in the CSV and the report
-            t0 = time.perf_counter()
-            # In a child with CPU, memory and wall budgets (autograder/similarity_stage.py): a check that does
-            # not finish is a line here, in similarity.csv and in the report, and grading goes on.
-            stage = find_similar(course, chapters, submitted)
-            similar = stage.sections
-            summary.add_stage("similarity", time.perf_counter() - t0)
-            log(stage.line())
-        if report:
-            t0 = time.perf_counter()
-            path = write_report(course, rows, failures=summary.failures, similarity=similar)
-            summary.add_stage("report", time.perf_counter() - t0)
-            log(f"class report: {path}")
-        if not summary.failures:  # a run with failures must write its report again next time
-            write_atomic(course.grading / OUTPUTS_STATE, json.dumps(
-                {"digest": outputs_digest({(r.student, r.chapter): r.key for r in rows}),
-                 "report": report}))
+        write_class_outputs(course, chapters, submitted, rows, summary, report=report, similarity=similarity,
+                            log=log)
     finally:
         backend.stop()
     summary.seconds = time.perf_counter() - started
@@ -141,22 +106,11 @@ def grade(course: Course, chapters: list[str] | None = None, *, workers: int | N
     return summary
 
 
-def _grade_into(writer, course: Course, tasks: list[Task], sources: dict, backend, summary: Summary, force: bool,
-                progress: bool, log, started: float) -> list[GradingResult]:
-    # Heavy, and needed only once something is graded (see grade): nbformat, tqdm and the sinks.
-    import nbformat
-    from tqdm import tqdm
+def _grade_into(writer, recorder: Recorder, tasks: list[Task], sources: dict, backend, summary: Summary,
+                force: bool, progress: bool, log) -> list[GradingResult]:
+    from tqdm import tqdm  # a progress bar only where something is graded
 
-    from attention_course.cells import graded_cells
-
-    from .late_policy import how_late
-    from .outputs import copy_exchange_files, write_outputs
-
-    max_scores = {}
-    for ch in sorted({t.chapter for t in tasks}):
-        nb = nbformat.reads(sources[ch].decode(), as_version=4)
-        writer.register_chapter(ch, nb)
-        max_scores[ch] = sum(pts for _, pts in graded_cells(nb))
+    max_scores = chapter_maxima(writer, sources, {t.chapter for t in tasks})
     done = {} if force else writer.done_keys()
     todo = [t for t in tasks if done.get((t.student, t.chapter)) != t.key]
     summary.up_to_date = len(tasks) - len(todo)
@@ -173,37 +127,8 @@ def _grade_into(writer, course: Course, tasks: list[Task], sources: dict, backen
         summary.profile_seconds = time.perf_counter() - t0
 
     def record(task: Task, result: GradingResult, bar) -> None:
-        for stage, seconds in result.timings:
-            summary.add_stage(stage, seconds)
-        if not result.recorded:
-            summary.failed += 1
-            summary.failures.append({"student": task.student, "chapter": task.chapter, "reason": result.reason})
+        if recorder.record(task, result) is None:
             bar.write(f"FAILED {task.student}/{task.chapter}: {result.reason[-600:]}")
-        else:
-            # the task's ids (the worker saw the same) and what discovery found wrong with the folder
-            result = result.replace(student=task.student, chapter=task.chapter, flags=(*task.flags, *result.flags))
-            t0 = time.perf_counter()
-            timestamp = task.arrival.arrived if task.arrival else None  # the recorded arrival, or none
-            unsure_until = task.arrival.unsure_until if task.arrival else None  # a ctime's lag (arrivals.py)
-            late = writer.lateness_of(task.student, task.chapter, timestamp, result.score, unsure_until)
-            # shown on the feedback page (autograder/deadlines.py owns the policy): how late, or held, with the
-            # recorded arrival and, beside it, the learner's claim
-            result = result.replace(late=Late(
-                seconds=late.seconds_late, penalty=late.points,
-                text=how_late(late.seconds_late) if late.seconds_late > 0 else "", policy=writer.policy.describe(),
-                held=late.held, arrived=task.arrival.describe() if task.arrival else "",
-                claimed=task.claimed_time or ""))
-            write_outputs(course, result, summary)
-            copy_exchange_files(course, task)
-            t1 = time.perf_counter()
-            writer.write_result(result, task.key, timestamp, unsure_until)
-            summary.add_stage("gradebook write", time.perf_counter() - t1)
-            summary.graded += result.status == "graded"
-            summary.zero += result.status == "zero"
-            summary.scored_zero += result.score <= 0
-            summary.flagged += bool(result.flags)
-            if summary.first_result_seconds is None and not task.refusal:
-                summary.first_result_seconds = t0 - started
         bar.update(1)
         bar.set_postfix(zero=summary.zero, flagged=summary.flagged, failed=summary.failed, refresh=False)
 
@@ -213,7 +138,9 @@ def _grade_into(writer, course: Course, tasks: list[Task], sources: dict, backen
             for task, result in backend.run(runnable):
                 record(task, result, bar)
         for task in missing:  # after the workers: their feedback is rendered here
-            record(task, missing_result(task, max_scores[task.chapter]), bar)
+            if recorder.record_missing(task, max_scores[task.chapter]) is None:
+                bar.write(f"FAILED {task.student}/{task.chapter}")
+            bar.update(1)
     return writer.results()
 
 

@@ -321,6 +321,13 @@ class GradebookWriter:
             **result.to_row(), key=key, graded_at=_dt.datetime.now(_dt.timezone.utc).replace(tzinfo=None)))
         s.commit()
 
+    def due_dates(self) -> dict[str, _dt.datetime]:
+        """{chapter: due date (naive UTC)} of every chapter that has one."""
+        s = self.session
+        rows = s.execute(select(Assignment.name, Assignment.duedate)).all()
+        s.commit()
+        return {name: due for name, due in rows if due is not None}
+
     def done_keys(self) -> dict[tuple[str, str], str]:
         """{(student, chapter): key} of every notebook recorded in full (our row and nbgrader's)."""
         s = self.session
