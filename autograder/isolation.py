@@ -96,6 +96,10 @@ class Limits:
     # may the kernel start processes and programs? A memory budget's job may not (memory_budget.limits_for):
     # seccomp refuses fork, exec and clone without CLONE_THREAD there (autograder/sandbox/policy.py)
     processes: bool = True
+    # does freed memory go back to the operating system at once? A memory budget's job: yes (memory_budget.limits_for,
+    # autograder/sandbox/policy.py allocator_options), so its cgroup counts what the notebook holds, not what
+    # glibc's heap kept after the notebook freed it
+    release_freed_memory: bool = False
     # how, not how much, but it travels the same way (local workers, Dask workers, the resume key)
     isolation: str = "auto"  # auto (strongest reachable) | root | user | process: see docs/isolation.md
     require: str = ""  # refuse to grade below this level

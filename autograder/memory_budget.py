@@ -71,8 +71,10 @@ def budgets(nb) -> dict[str, dict]:
 
 def limits_for(limits, mb: float):
     """The notebook's limits with the memory limit lowered to the budget (a budget never raises it), in a job
-    that may start no process or program (``processes=False``: a child would have a budget of its own)."""
-    return replace(limits, memory_mb=int(min(float(limits.memory_mb), mb)), processes=False)
+    that may start no process or program (``processes=False``: a child would have a budget of its own) and whose
+    allocator returns freed blocks to the operating system at once (``release_freed_memory``: the budget counts
+    what the notebook holds, not what glibc's heap kept; autograder/sandbox/policy.py allocator_options)."""
+    return replace(limits, memory_mb=int(min(float(limits.memory_mb), mb)), processes=False, release_freed_memory=True)
 
 
 def plan(nb, cells: list[dict], budget_ids: dict[str, dict]) -> tuple[list[dict], list[tuple[str, dict, list[dict]]]]:
@@ -104,9 +106,20 @@ def merge(report: dict, index: int, budget: dict, job_report: dict) -> str | Non
         return None
     cells[str(index)] = {"outputs": [], "execution_count": None}
     reason = str(job_report.get("reason", ""))
-    what = (f"went past its memory budget of {budget['mb']:g} MiB and was stopped" if "out of memory" in reason
-            else f"did not finish (it runs alone, under a memory budget of {budget['mb']:g} MiB)")
+    what = (f"went past its memory budget of {budget['mb']:g} MiB and was stopped{peak(job_report)}"
+            if "out of memory" in reason
+            else f"did not finish (it runs alone, under a memory budget of {budget['mb']:g} MiB{peak(job_report)})")
     return f"this test {what}" + (f": {budget['hint']}" if budget["hint"] else "")
+
+
+def peak(job_report: dict) -> str:
+    """What the budget's memory cgroup saw the job hold at most, as a clause of the feedback ("" where there was no
+    cgroup to ask). It counts every page the job touched: Python, PyTorch and the setup cells (about 25 MiB for
+    chapter 9's reference job, its tiles included) as well as the test's calls."""
+    value = job_report.get("memory_peak_mb")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        return ""
+    return f" (the job's peak, counted by its memory cgroup: {value:.1f} MiB, Python and PyTorch included)"
 
 
 def refused_a_process(job_report: dict, index: int) -> bool:

@@ -4,11 +4,14 @@ engine by chapter 9's catalogue (tests/test_catalogues.py: query-only tiling los
 process tree by tests/test_ch9_cheats.py (the score table computed in another process loses it at every level)."""
 from __future__ import annotations
 
+from dataclasses import asdict
+
 import nbformat
 import pytest
 
 from autograder import memory_budget
 from autograder.isolation import Limits
+from autograder.sandbox import policy
 
 pytestmark = pytest.mark.unit
 
@@ -50,6 +53,11 @@ def test_limits_for_lowers_the_memory_limit_and_refuses_new_processes():
     assert memory_budget.limits_for(Limits(memory_mb=32), 64).memory_mb == 32
     # an rlimit holds per process: a child would have a budget of its own (the seccomp step refuses it)
     assert Limits().processes and not lowered.processes
+    # glibc's heap keeps freed pages that a budget's cgroup counts: a budget job returns them at once
+    assert lowered.release_freed_memory and not Limits().release_freed_memory
+    assert policy.allocator_options(asdict(lowered)) == {policy.M_MMAP_THRESHOLD: 64 << 10,
+                                                         policy.M_TRIM_THRESHOLD: 64 << 10}
+    assert policy.allocator_options(asdict(Limits())) == {}
 
 
 def test_merge_folds_outputs_back_and_names_a_stopped_job():
@@ -61,6 +69,11 @@ def test_merge_folds_outputs_back_and_names_a_stopped_job():
     note = memory_budget.merge(report, 4, {"mb": 64.0, "hint": "use tiles"}, killed)
     assert report["cells"]["4"]["outputs"] == []
     assert note == "this test went past its memory budget of 64 MiB and was stopped: use tiles"
+    # where the cgroup reported its peak, the feedback gives it next to the budget
+    killed["memory_peak_mb"] = 64.004
+    note = memory_budget.merge(report, 4, {"mb": 64.0, "hint": "use tiles"}, killed)
+    assert note == ("this test went past its memory budget of 64 MiB and was stopped (the job's peak, counted by its "
+                    "memory cgroup: 64.0 MiB, Python and PyTorch included): use tiles")
 
 
 def test_a_refused_process_is_named_in_the_budget_cells_feedback():

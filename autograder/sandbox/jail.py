@@ -221,6 +221,18 @@ def landlock_enforce(j: Jail) -> None:
     j.landlock_ruleset.enforce()
 
 
+def allocator(j: Jail) -> None:
+    """glibc's allocator set as the job's limits say (policy.allocator_options), before any learner code runs."""
+    options = policy.allocator_options(j.limits)
+    if options:
+        import ctypes
+
+        libc = ctypes.CDLL(None)
+        for parameter, value in options.items():
+            if libc.mallopt(parameter, value) != 1:
+                raise OSError(f"mallopt({parameter}, {value}) was refused")
+
+
 def seccomp_filter(j: Jail) -> None:
     seccomp.load(**policy.seccomp_options(j.limits))
 
@@ -246,7 +258,8 @@ STEPS = {"uid_slot": uid_slot, "cgroup": cgroup, "namespaces": namespaces, "user
          "root_filesystem": root_filesystem, "scratch_folder": scratch_folder, "subreaper": subreaper,
          "proc": proc, "chroot": chroot, "session": session, "descriptors": descriptors, "rlimits": rlimits,
          "slot_uid": slot_uid, "drop_capabilities": drop_capabilities, "no_new_privs": no_new_privs,
-         "landlock_rules": landlock_rules, "landlock": landlock_enforce, "seccomp": seccomp_filter,
+         "landlock_rules": landlock_rules, "landlock": landlock_enforce, "allocator": allocator,
+         "seccomp": seccomp_filter,
          "single_process": single_process, "environment": environment}
 
 
