@@ -98,6 +98,7 @@ class Service:
         self.noticed: set[tuple[str, str, str]] = set()  # held notices released (student, chapter, key)
         self.failed: set[tuple[str, str, str]] = set()  # the grader failed on these: not retried until restart
         self.prepared: set[str] = set()
+        self.dues: dict | None = None  # the chapters' due dates as last read (a change reconciles the chapter)
         self.outputs_due: float | None = None  # monotonic time of the next class-outputs refresh
         self.outputs_latest: float | None = None  # ... and the latest it may wait to
         self.failures: list = []
@@ -141,6 +142,11 @@ class Service:
         if self.wake_at is not None and now >= self.wake_at:
             self.wake_at = None
             self.pending_chapters.update(self.settings.chapters)
+        dues = self.writer.due_dates()  # an instructor may set or move a due date while the service runs
+        if self.dues is not None and dues != self.dues:
+            self.pending_chapters.update(ch for ch in self.settings.chapters
+                                         if dues.get(ch) != self.dues.get(ch))
+        self.dues = dues
         self.collect_new()
         worked = False
         if self.pending_chapters:
