@@ -57,7 +57,8 @@ def submit(exchange_root: Path, account: str, chapter: str, nb, when: _dt.dateti
     stamp = f"{when:%Y-%m-%d %H:%M:%S.%f} UTC"
     pw = pwd.getpwnam(account)
     entry = exchange_root / COURSE_ID / "inbound" / f"{account}+{chapter}+{stamp}+{secrets.token_urlsafe(6)}"
-    staging = entry.with_name("." + entry.name)  # written aside, then renamed in: the entry appears whole
+    # written beside the inbox (same filesystem), then renamed in: the entry appears whole, never half-written
+    staging = exchange_root / f".staging-{secrets.token_hex(8)}"
     staging.mkdir()
     nbformat.write(nb, staging / f"{chapter}.ipynb")
     (staging / "timestamp.txt").write_text(stamp)

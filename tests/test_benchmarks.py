@@ -61,6 +61,14 @@ SMOKE = {
         r"(accepted|refused: .+)$"
         for name in ("control", "meta19", "out19", "long19", "compact50")
     ]),
+    # grading on submission (autograder/serve.py): throwaway accounts submit through nbgrader, a warm service grades
+    "bench_serve.py": (pytest.mark.sandbox, [
+        rf"^latency, submit returned -> feedback fetchable \(s\): median {NUM}  p95 {NUM}  \(2 submissions, one "
+        r"learner\)$",
+        rf"^burst of 3, serve \(warm\) \(s\): {NUM}  {NUM} notebooks/s$",
+        rf"^burst of 3, grade \(s\): {NUM}  {NUM} notebooks/s$",
+        rf"^serve throughput / grade throughput: {NUM}$",
+    ]),
     "bench_similarity.py": (pytest.mark.unit, [
         rf"^20 learners x \w+: fingerprinting {NUM} s, indexed comparison {NUM} s \(total {NUM} s\); naive all-pairs "
         rf"comparison of the same sets {NUM} s \(ratio naive/indexed {NUM}x\); \d+ pairs reported$",
