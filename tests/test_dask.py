@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 import time
@@ -15,7 +16,14 @@ import pytest
 
 pytestmark = pytest.mark.services
 
-from .batch_support import baseline, child_env, comparable, make_course, run_grade, snapshot, summary_counts
+from autograder import submissions
+from autograder.course import Course
+from autograder.feedback_release import page_name
+
+from . import inbox
+from .batch_support import (CHAPTER, baseline, child_env, comparable, make_course, run_grade, snapshot,
+                            summary_counts)
+from .conftest import copy_reference_cache
 
 DASK = str(Path(sys.executable).with_name("dask"))
 
@@ -84,3 +92,28 @@ def test_dask_cluster_scores_equal_sequential(cluster, tmp_path_factory):
     # Resuming works the same way on the cluster: nothing left to do.
     counts = summary_counts(run_grade(course, "--scheduler", address))
     assert counts["graded"] + counts["zero"] == 0 and counts["up to date"] == len(sequential["results"]), counts
+
+
+@pytest.mark.timeout(600)
+def test_serve_grades_on_the_cluster_and_releases_each_learners_page(cluster, tmp_path):
+    """``serve --scheduler``: the same service, its notebooks graded by the cluster's workers (issue 42, item 3)."""
+    address, _ = cluster
+    course = Course().copy_to(tmp_path / "course")
+    copy_reference_cache(course.root)
+    mistake = submissions.load_mistakes(course, CHAPTER)[0]
+    with inbox.accounts(2, "d") as (good, bad), inbox.exchange() as exchange:
+        entries = {good: inbox.submit(exchange, good, CHAPTER, submissions.reference(course, CHAPTER)),
+                   bad: inbox.submit(exchange, bad, CHAPTER, submissions.with_mistake(course, CHAPTER, mistake))}
+        done = subprocess.run([sys.executable, "-m", "autograder", "serve", "--once", "--no-similarity",
+                               "--scheduler", address, "--course", str(course.root), "--exchange", str(exchange),
+                               "--chapters", CHAPTER], capture_output=True, text=True, timeout=500,
+                              cwd=course.root, env=child_env())
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        with sqlite3.connect(course.root / "grading" / "gradebook.db") as db:
+            rows = {s: (score, top) for s, score, top in db.execute(
+                "SELECT student, score, max_score FROM autograder_result")}
+        assert rows[good][0] == rows[good][1] > rows[bad][0], rows
+        for name, entry in entries.items():
+            page = exchange / inbox.COURSE_ID / "feedback" / page_name(
+                {"submission_secret.txt": inbox.secret_of(entry).encode()}, CHAPTER)
+            assert f"{rows[name][0]:g} / {rows[name][1]:g}" in page.read_text(), name
