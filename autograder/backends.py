@@ -307,6 +307,9 @@ class LocalBackend:
         pending = list(reversed(tasks))
         attempts: dict[int, int] = {}
         restarts = 0
+        for w in list(self.procs):
+            if not w["proc"].is_alive():
+                self._retire(w)  # died while it waited (killed, out of memory): start() replaces it
         if not self.keep_warm:
             ordered = sorted(self.procs, key=lambda w: not w["idle"])  # prepared (idle) workers first
             for w in ordered[max(1, len(tasks)):]:
@@ -317,7 +320,10 @@ class LocalBackend:
             if pending:
                 w["idle"] = False
                 w["task"] = pending.pop()
-                w["conn"].send(asdict(w["task"]))
+                try:
+                    w["conn"].send(asdict(w["task"]))
+                except OSError:
+                    pass  # it has just died: its sentinel says so below, and its task is handed out again
             elif self.keep_warm:
                 w["idle"] = True  # warm, waiting for the next run
             else:
