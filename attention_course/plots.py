@@ -117,3 +117,59 @@ def _draw(maps, titles, key_axis, query_axis, colour_map, panel_inches, shared_s
     if heading:
         fig.suptitle(heading)
     return fig
+
+
+# The key under which a notebook's figure outputs record their smallest text, in points and in pixels of the PNG
+# as stored (tests/test_book_walk.py scales it by how much the book shrinks the figure: the 10 px floor).
+TEXT_KEY = "attention_course/figure-text"
+
+
+def smallest_text(fig) -> dict | None:
+    """The smallest visible text of ``fig``: its size in points, in pixels of the PNG that the inline backend
+    stores (points x dpi / 72; ``bbox_inches='tight'`` crops the image but never rescales it) and the text itself;
+    None for a figure without text."""
+    from matplotlib.text import Text
+
+    fig.draw_without_rendering()  # tick labels exist only once the figure has been laid out
+    sizes = [(t.get_fontsize(), t.get_text()) for t in fig.findobj(Text)
+             if t.get_visible() and t.get_text().strip() and t.figure is fig]
+    if not sizes:
+        return None
+    points, text = min(sizes, key=lambda s: s[0])
+    dpi = matplotlib.rcParams["savefig.dpi"]
+    dpi = fig.dpi if dpi == "figure" else float(dpi)
+    return {"points": round(float(points), 2), "pixels": round(float(points) * dpi / 72.0, 2), "text": text[:40]}
+
+
+def record_figure_text(shell=None) -> bool:
+    """Have every figure this IPython kernel shows carry :func:`smallest_text` in its output's metadata, under
+    ``TEXT_KEY`` (a formatter of its own, beside the inline backend's PNG one, which the backend re-registers
+    whenever its settings change, so this one survives). Called by ``runtime.start_chapter``; does nothing
+    outside IPython. Returns whether it is in place."""
+    if shell is None:
+        try:
+            from IPython import get_ipython
+        except ImportError:
+            return False
+        shell = get_ipython()
+    if shell is None or not hasattr(shell, "display_formatter"):
+        return False
+    from IPython.core.formatters import BaseFormatter
+    from matplotlib.figure import Figure
+    from traitlets import Unicode
+
+    class FigureText(BaseFormatter):
+        """Formats nothing (no data, so the book renders nothing for it); adds the figure's smallest text to the
+        output's metadata."""
+        format_type = Unicode(TEXT_KEY)
+
+        def __call__(self, obj):
+            if not self.enabled or not isinstance(obj, Figure):
+                return None
+            record = smallest_text(obj)
+            return None if record is None else (None, record)
+
+    formatters = shell.display_formatter.formatters
+    if not isinstance(formatters.get(TEXT_KEY), BaseFormatter):
+        formatters[TEXT_KEY] = FigureText(parent=shell.display_formatter)
+    return True

@@ -7,6 +7,8 @@ import random
 import numpy as np
 import torch
 
+from .plots import record_figure_text
+
 _chapter: str | None = None
 
 
@@ -27,10 +29,13 @@ def seed_everything(seed: int) -> None:
 def start_chapter(chapter: str, seed: int = 0) -> torch.device:
     """Called once by each chapter's setup cell: seeds everything and returns the device to use.
 
-    TF32 is switched off so that float32 results on a GPU stay within the course's float32 tolerances.
+    TF32 is switched off so that float32 results on a GPU stay within the course's float32 tolerances. In a
+    notebook, every figure shown from here on records its smallest text (``plots.record_figure_text``: the built
+    book checks that it stays readable at the column's width).
     """
     global _chapter
     _chapter = chapter
+    record_figure_text()
     seed_everything(seed)
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False

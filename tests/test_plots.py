@@ -78,3 +78,37 @@ def test_in_a_notebook_each_heatmap_records_its_mode_for_the_book_walk(monkeypat
                        {"mode": "weights", "colour_bars": 1, "yes_no_data": True},
                        {"mode": "weights", "colour_bars": 1, "yes_no_data": False}]
     assert not plt.get_fignums(), "a displayed figure is closed, so the inline backend does not show it twice"
+
+
+def test_a_figure_records_its_smallest_text_in_points_and_stored_pixels():
+    """The book walk's 10 px floor reads this: the smallest visible text, in points and in pixels of the PNG."""
+    from attention_course.plots import smallest_text
+
+    fig, ax = plt.subplots(figsize=(4, 3), dpi=100)
+    ax.plot([0, 1], [0, 1])
+    ax.set_title("a title", fontsize=14)
+    ax.set_xlabel("the small label", fontsize=7)
+    ax.text(0.5, 0.5, "hidden", fontsize=3).set_visible(False)  # not drawn, not counted
+    assert smallest_text(fig) == {"points": 7.0, "pixels": 9.72, "text": "the small label"}
+    assert smallest_text(plt.figure()) is None
+
+
+def test_in_a_notebook_every_figure_carries_its_smallest_text(monkeypatch):
+    """Registered once per kernel (runtime.start_chapter), the record rides in the output's metadata of every
+    figure IPython formats, with no data of its own for the book to render."""
+    from IPython.core.formatters import DisplayFormatter
+
+    from attention_course import plots
+
+    class Shell:
+        display_formatter = DisplayFormatter()
+
+    shell = Shell()
+    assert plots.record_figure_text(shell) and plots.record_figure_text(shell)  # twice: still one formatter
+    fig, ax = plt.subplots(figsize=(3, 2), dpi=100)
+    ax.set_xlabel("x", fontsize=12)
+    ax.tick_params(labelsize=9)
+    data, metadata = shell.display_formatter.format(fig)
+    assert plots.TEXT_KEY not in data
+    assert metadata[plots.TEXT_KEY] == {"points": 9.0, "pixels": 12.5, "text": "0.0"}
+    assert plots.record_figure_text() is False  # outside IPython: nothing to do
