@@ -92,9 +92,15 @@ class Checks:
             # reference's value for this check, as on the trusted side (autograder/trusted.py), so `grade` and
             # stock nbgrader agree (a 0-d tensor where the reference returns a float fails under both). A
             # learner's own kernel has no reference: the expected value's form decides there (verdicts.py).
-            from .expected import reference_form
+            from .expected import reference_expected, reference_form
 
             like = reference_form(current_chapter(), self.cell_id, check_id, kind)
+            # ... and the expected value is the reference's, as on the trusted side, wherever that side takes it
+            # from the reference (everywhere but a self-consistency site).
+            held = reference_expected(current_chapter(), self.cell_id, check_id, kind, spec.expected) \
+                if spec.expected else None
+            if held is not None:
+                params_enc = {**params_enc, spec.expected: held}
         decoded_params = {k: decode(v) if k == spec.expected else v for k, v in params_enc.items()}
         verdict = decide(kind, decode(got_enc), decoded_params, reference, like)
         _emit(record, ("✓ " if verdict.passed else "✗ ") + describe)

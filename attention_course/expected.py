@@ -175,3 +175,21 @@ def reference_form(chapter: str | None, cell_id: str, check_id: str, kind: str |
     if not rec.get("form", True) or (kind is not None and rec.get("kind") != kind):
         return None
     return decode(rec["got"])
+
+
+def reference_expected(chapter: str | None, cell_id: str, check_id: str, kind: str, expected: str):
+    """The reference run's expected value (the ``expected`` parameter of a check of ``kind``, still encoded), which
+    the trusted side decides the check with, or None where the kernel's own expected value stands: a kernel without
+    the solutions, a self-consistency site (the trusted side keeps the learner's there too), a check the reference
+    did not record or recorded as another kind. Stock ``nbgrader autograde`` decides with it
+    (:class:`.checks.Checks`): a test whose expected value calls the learner's code (``out = block(x)`` against the
+    same block fed through a cache) is then held to the reference's value under both graders, where stock used to
+    hold it to the learner's own, so a mistake upstream within the visible checks' tolerance cost points under
+    ``grade`` only (issue 43: chapter 10's ``rmsnorm-eps-outside-root``, 25 under stock and 23 under ``grade``)."""
+    try:
+        rec = _reference_record(chapter, cell_id, check_id)
+    except RuntimeError:
+        return None
+    if not rec.get("form", True) or rec.get("kind") != kind:
+        return None
+    return rec["params"].get(expected)

@@ -225,3 +225,31 @@ def test_a_check_the_grader_rewrote_to_another_kind_has_no_form_under_stock_nbgr
     monkeypatch.setenv("NBGRADER_EXECUTION", "autograde")
     monkeypatch.setattr("attention_course.checks.current_chapter", lambda: "99_demo")
     Checks("t").true("count", 3 == 3)  # the reference's own cell, unrewritten, passes under stock nbgrader
+
+
+def test_stock_nbgrader_decides_with_the_references_expected_value_as_the_grader_does(monkeypatch):
+    """Issue 43: chapter 10's DecoderBlock test compares a cached run with ``out = block(x)``, the learner's own
+    output, which the trusted side replaces by the reference's. A catalogued RMSNorm mistake within the visible
+    checks' tolerance (eps outside the root) then failed that check under `grade` and passed it under stock
+    nbgrader (23 and 25 of 34). Under ``nbgrader autograde`` the kernel now decides with the reference's expected
+    value too, except at a self-consistency site, where both keep the learner's."""
+    from attention_course import expected
+
+    table = {"t/cached": {"kind": "close", "params": {"want": encode(torch.ones(3))}, "got": encode(torch.ones(3)),
+                          "form": True},
+             "t/own": {"kind": "close", "params": {"want": encode(torch.ones(3))}, "got": encode(torch.ones(3)),
+                       "form": False},
+             "t/count": {"kind": "equals", "params": {"want": encode(3)}, "got": encode(3), "form": True}}
+    monkeypatch.setitem(expected._loaded, "99_demo", table)
+    monkeypatch.setattr("attention_course.checks.current_chapter", lambda: "99_demo")
+    monkeypatch.delenv("ATTENTION_COURSE_GRADING", raising=False)
+    learners = torch.ones(3) * 1.001  # the learner's own output, off the reference's by an upstream mistake
+    monkeypatch.delenv("NBGRADER_EXECUTION", raising=False)
+    Checks("t").close("cached", learners.clone(), learners)  # the learner's kernel: consistent with itself
+    monkeypatch.setenv("NBGRADER_EXECUTION", "autograde")
+    with pytest.raises(CheckFailed, match="cached"):
+        Checks("t").close("cached", learners.clone(), learners)  # held to the reference's, as `grade` holds it
+    Checks("t").close("own", learners.clone(), learners)  # a self-consistency site: the learner's own, as in `grade`
+    Checks("t").equals("count", 3, 3)
+    with pytest.raises(CheckFailed):
+        Checks("t").equals("count", 4, 4)  # the reference's 3, not the kernel's 4
