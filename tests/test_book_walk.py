@@ -11,6 +11,7 @@ green walk means something.
 """
 from __future__ import annotations
 
+import base64
 import os
 import re
 from pathlib import Path
@@ -18,7 +19,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from attention_course.plots import RECORD_KEY
+from attention_course.plots import RECORD_KEY, TEXT_KEY
 
 from .test_book import MATH_DONE, PAGES, ROOT, book, browser, server  # noqa: F401 - fixtures shared with test_book
 
@@ -31,6 +32,12 @@ WINDOW = (1280, 900)
 # size a 10 pt label is still about 8 px high, the least a reader can read at normal zoom; a figure shown
 # smaller than that has to be drawn narrower or split (the fix belongs in the chapter).
 MIN_SHARE = 0.6
+# The smallest text a figure may show at the book's column width. A figure's text is pixels inside a PNG, which the
+# page cannot measure, so each figure output records its smallest text when it is drawn (attention_course.plots
+# .record_figure_text: the font size in points and its height in the stored PNG's pixels, points x dpi / 72); the
+# walk scales that by how wide Chromium shows the image against its natural width. (Measuring an SVG's <text>
+# would need every figure stored twice, or as SVG only, which the book's PNG outputs are not.)
+MIN_TEXT_PX = 10
 # The grid helper's names: plot_attention_grid, and show_heatmaps while chapters still call the old name.
 GRID_HELPERS = ("plot_attention_grid", "show_heatmaps")
 
@@ -41,6 +48,31 @@ FIGURES = """Array.from(document.querySelectorAll('main img')).map(img => ({
 SCROLL_TO = "document.querySelectorAll('main img')[{i}].scrollIntoView({{block: 'center', behavior: 'instant'}}), true"
 WHERE = """(() => {{ const r = document.querySelectorAll('main img')[{i}].getBoundingClientRect();
     return {{x: r.left + window.scrollX, y: r.top + window.scrollY, width: r.width, height: r.height}}; }})()"""
+# The figures a notebook's outputs hold, in the order the page shows them, with their size as drawn.
+OUTPUT_FIGURES = """Array.from(document.querySelectorAll('main .cell_output img')).map(img => ({
+    src: img.getAttribute('src'), natural: img.naturalWidth, naturalHeight: img.naturalHeight,
+    shown: img.getBoundingClientRect().width}))"""
+# Code blocks whose wrapped lines lose their indentation: a block hang-code.js did not reach, or a line of one whose
+# continuation rows start left of the line's indentation (--indent characters, book_static/hang-code.js).
+HANGING = """(() => { const out = {unprocessed: [], lost: []};
+    document.querySelectorAll('div.cell div.cell_input pre').forEach(pre => {
+        if (!pre.classList.contains('hang-code')) { out.unprocessed.push(pre.textContent.slice(0, 60)); return; }
+        const probe = document.createElement('span'); probe.textContent = '0'.repeat(20); pre.appendChild(probe);
+        const ch = probe.getBoundingClientRect().width / 20; probe.remove();
+        const style = getComputedStyle(pre);
+        const left = pre.getBoundingClientRect().left + parseFloat(style.borderLeftWidth)
+            + parseFloat(style.paddingLeft);
+        pre.querySelectorAll('span.hang-line').forEach(line => {
+            const range = document.createRange(); range.selectNodeContents(line);
+            const rects = Array.from(range.getClientRects()).filter(r => r.width > 0);
+            if (!rects.length) return;
+            const top = Math.min(...rects.map(r => r.top));
+            const indent = parseFloat(line.style.getPropertyValue('--indent')) || 0;
+            if (rects.some(r => r.top > top + 2 && r.left < left + (indent - 0.5) * ch))
+                out.lost.push(line.textContent.slice(0, 60));
+        });
+    });
+    return out; })()"""
 # The prose a reader sees: code, outputs and typeset math (where `$` and backslashes are legitimate) removed.
 PROSE = """(() => { const m = document.querySelector('main').cloneNode(true);
     m.querySelectorAll('pre, code, script, style, .cell_output, .highlight, mjx-container').forEach(e => e.remove());
@@ -86,6 +118,14 @@ def problems_on(page, shots: Path | None = None, name: str = "page") -> list[str
             problems.append(f"figure {i} ({fig['src'][:60]}): {fig['natural']} px shown at {fig['shown']:.0f} px "
                             f"({share:.2f} of its size): its labels are too small to read")
 
+    # Code: a wrapped line keeps its indentation (book_static/hang-code.js and wrap-code.css).
+    hanging = page.evaluate(HANGING)
+    if hanging["unprocessed"]:
+        problems.append(f"{len(hanging['unprocessed'])} code blocks without the hanging indent, "
+                        f"e.g. {hanging['unprocessed'][:2]}")
+    if hanging["lost"]:
+        problems.append(f"{len(hanging['lost'])} wrapped code lines lose their indentation, e.g. {hanging['lost'][:2]}")
+
     # Code: wrapped at the column's width, and the page itself never wider than the window.
     sideways = page.evaluate("Array.from(document.querySelectorAll('div.cell pre'))"
                              ".filter(p => p.scrollWidth > p.clientWidth + 1).map(p => p.textContent.slice(0, 60))")
@@ -96,6 +136,40 @@ def problems_on(page, shots: Path | None = None, name: str = "page") -> list[str
         problems.append(f"the page is {width[0]} px wide in a {width[1]} px window")
     if page.errors:
         problems.append(f"console/network errors: {page.errors}")
+    return problems
+
+
+def _png_size(data: str) -> tuple[int, int]:
+    head = base64.b64decode(data[:32])  # the signature and the IHDR chunk: width and height at bytes 16-24
+    return int.from_bytes(head[16:20], "big"), int.from_bytes(head[20:24], "big")
+
+
+def stored_figures(chapter: str) -> list[dict]:
+    """The chapter's figure outputs as stored in its notebook, in order: the PNG's size and the smallest-text
+    record drawn with it (None for an output drawn before figures recorded it)."""
+    nb = nbformat.read(ROOT / f"{chapter}.ipynb", as_version=4)
+    return [{"size": _png_size(out["data"]["image/png"]), "text": out.get("metadata", {}).get(TEXT_KEY)}
+            for cell in nb.cells if cell.cell_type == "code" for out in cell.get("outputs", [])
+            if "image/png" in out.get("data", {})]
+
+
+def small_figure_text(page, chapter: str) -> list[str]:
+    """The figures of the open page whose smallest text is under ``MIN_TEXT_PX`` as shown: the recorded height
+    in the PNG's pixels times the share of its natural width Chromium shows it at."""
+    shown, stored = page.evaluate(OUTPUT_FIGURES), stored_figures(chapter)
+    if [(f["natural"], f["naturalHeight"]) for f in shown] != [f["size"] for f in stored]:
+        return [f"the page shows {len(shown)} output figures, the notebook stores {len(stored)}, or their sizes differ"]
+    problems = []
+    for i, (on_page, drawn) in enumerate(zip(shown, stored)):
+        if drawn["text"] is None:
+            problems.append(f"output figure {i} has no record of its smallest text: release {chapter} again "
+                            "(python -m autograder release) so its figures are drawn by the current attention_course")
+            continue
+        pixels = drawn["text"]["pixels"] * on_page["shown"] / on_page["natural"]
+        if pixels < MIN_TEXT_PX:
+            problems.append(f"output figure {i} ({on_page['src'][:50]}): its smallest text "
+                            f"({drawn['text']['points']:g} pt, {drawn['text']['text']!r}) is {pixels:.1f} px high as "
+                            f"shown, under {MIN_TEXT_PX} px: draw it larger or the figure narrower")
     return problems
 
 
@@ -121,14 +195,15 @@ def test_a_reader_walking_the_chapter_sees_rendered_math_readable_figures_and_no
         server, browser, shots, chapter):  # noqa: F811 - pytest fixtures
     page = _open(server, browser, chapter)
     try:
-        problems = problems_on(page, shots, Path(chapter).name)
+        problems = problems_on(page, shots, Path(chapter).name) + small_figure_text(page, chapter)
     finally:
         page.close()
     assert not problems, f"{chapter}:\n  " + "\n  ".join(problems)
 
 
 # A chapter page broken the way the walk must notice: a paragraph of raw TeX, a formula MathJax cannot
-# typeset, a figure squeezed to a third of its size, and a code line that cannot wrap.
+# typeset, a figure squeezed to a third of its size, a code line that cannot wrap, and two code cells whose
+# wrapped line loses its indentation (one the hanging-indent script never reached, one whose indent is undone).
 BREAK_PAGE = r"""(() => {
     const main = document.querySelector('main');
     const p = document.createElement('p');
@@ -144,6 +219,15 @@ BREAK_PAGE = r"""(() => {
     pre.textContent = 'x = ' + '1234567890'.repeat(40);
     cell.appendChild(pre);
     main.appendChild(cell);
+    const flat = document.createElement('div');
+    flat.className = 'cell';
+    flat.innerHTML = '<div class="cell_input"><pre style="white-space: pre-wrap"></pre></div>';
+    flat.querySelector('pre').textContent = 'def f(x):\n        return ' + 'x + '.repeat(60) + 'x';
+    main.appendChild(flat);
+    const undone = flat.cloneNode(true);
+    main.appendChild(undone);
+    window.attentionCourseHangCode(undone);
+    undone.querySelectorAll('span.hang-line').forEach(l => { l.style.paddingLeft = '0'; l.style.textIndent = '0'; });
     return MathJax.tex2chtmlPromise('\\frac{1}{').then(node => { main.appendChild(node); return true; });
 })()"""
 
@@ -153,13 +237,14 @@ def test_the_walk_sees_a_broken_page(server, browser):  # noqa: F811 - pytest fi
     """The walk's checks can fail: the first chapter, broken in the page itself, shows each kind of problem."""
     page = _open(server, browser, PAGES[0])
     try:
-        assert problems_on(page) == [], "the page must be clean before it is broken"
+        assert problems_on(page) + small_figure_text(page, PAGES[0]) == [], "the page must be clean before it is broken"
         page.evaluate(BREAK_PAGE)
-        problems = problems_on(page)
+        problems = problems_on(page) + small_figure_text(page, PAGES[0])
     finally:
         page.close()
     found = "\n".join(problems)
-    for kind in ("MathJax errors", "raw TeX in the text", "too small to read", "scroll sideways"):
+    for kind in ("MathJax errors", "raw TeX in the text", "too small to read", "scroll sideways",
+                 "without the hanging indent", "lose their indentation", f"under {MIN_TEXT_PX} px"):
         assert kind in found, f"the walk did not see the broken page's {kind!r}: {problems}"
 
 
@@ -197,3 +282,39 @@ def test_the_colour_bar_check_sees_the_boolean_mode_and_a_mask_on_a_bar():
     assert {r["mode"] for r in records} == {"boolean", "weights"}, f"modes recorded: {records}"
     mask_on_a_bar = {"mode": "weights", "colour_bars": 1, "yes_no_data": True}
     assert yes_no_data_on_a_colour_bar(records + [mask_on_a_bar]) == [mask_on_a_bar]
+
+
+@pytest.mark.timeout(120)
+def test_a_wrapped_code_line_keeps_its_indentation(server, browser):  # noqa: F811 - pytest fixtures
+    """A line of code too long for the column wraps onto rows that start four characters right of the line's own
+    indentation, and copying the block still gives the code as written (book_static/hang-code.js)."""
+    page = _open(server, browser, PAGES[0])
+    try:
+        rows = page.evaluate("""(() => {
+            const cell = document.createElement('div'); cell.className = 'cell';
+            cell.innerHTML = '<div class="cell_input"><div class="highlight"><pre></pre></div></div>';
+            const code = 'def f(x):\\n        return ' + 'x + '.repeat(60) + 'x\\n\\ny = 1\\n';
+            cell.querySelector('pre').textContent = code;
+            document.querySelector('main').appendChild(cell);
+            window.attentionCourseHangCode(cell);
+            const pre = cell.querySelector('pre');
+            const probe = document.createElement('span'); probe.textContent = '0'.repeat(20); pre.appendChild(probe);
+            const ch = probe.getBoundingClientRect().width / 20; probe.remove();
+            const style = getComputedStyle(pre);
+            const left = pre.getBoundingClientRect().left + parseFloat(style.borderLeftWidth)
+                + parseFloat(style.paddingLeft);
+            const line = pre.querySelectorAll('span.hang-line')[1];
+            const range = document.createRange(); range.selectNodeContents(line);
+            const rects = Array.from(range.getClientRects()).filter(r => r.width > 0);
+            const tops = [...new Set(rects.map(r => Math.round(r.top)))].sort((a, b) => a - b);
+            return {same: pre.textContent === code, starts: tops.map(t => Math.min(
+                ...rects.filter(r => Math.round(r.top) === t).map(r => Math.round((r.left - left) / ch * 10) / 10)))};
+        })()""")
+        problems = problems_on(page)
+    finally:
+        page.close()
+    assert rows["same"], "the block's text (what the copy button copies) changed"
+    assert len(rows["starts"]) >= 2, f"the long line did not wrap: {rows}"
+    assert rows["starts"][0] == 0 and all(abs(x - 12) < 0.6 for x in rows["starts"][1:]), (
+        f"rows of an 8-space line start at {rows['starts']} characters; want 0, then 12 (8 + 4)")
+    assert not [p for p in problems if "indent" in p], problems
