@@ -159,11 +159,12 @@ def small_figure_text(page, chapter: str) -> list[str]:
     shown, stored = page.evaluate(OUTPUT_FIGURES), stored_figures(chapter)
     if [(f["natural"], f["naturalHeight"]) for f in shown] != [f["size"] for f in stored]:
         return [f"the page shows {len(shown)} output figures, the notebook stores {len(stored)}, or their sizes differ"]
-    problems = []
+    unrecorded = [i for i, drawn in enumerate(stored) if drawn["text"] is None]
+    problems = [f"output figures {unrecorded} have no record of their smallest text: release {Path(chapter).name} "
+                "again (python -m autograder release) so that its figures are drawn by the current attention_course"
+                ] if unrecorded else []
     for i, (on_page, drawn) in enumerate(zip(shown, stored)):
         if drawn["text"] is None:
-            problems.append(f"output figure {i} has no record of its smallest text: release {chapter} again "
-                            "(python -m autograder release) so its figures are drawn by the current attention_course")
             continue
         pixels = drawn["text"]["pixels"] * on_page["shown"] / on_page["natural"]
         if pixels < MIN_TEXT_PX:
