@@ -499,7 +499,7 @@ EQUIVALENT: dict[str, str] = {
     "masked_softmax:44:constant:d14a9f54ad":
         "the divisor is max(total, 1) either way: a row with a key to attend holds exp(0) = 1 for its largest "
         "score, so its total is 0 (empty row) or at least 1, and where it is exactly 1 both divide by 1",
-    "self_attention_loops:35:swap:a146fcf44a":
+    "self_attention_loops:38:swap:bb56c20876":
         "q . k summed as k . q: floating-point multiplication is commutative and the order of the sum is kept, "
         "so every score is bit-identical",
     "self_attention_module:31:delete:9461fb0ef9":

@@ -244,7 +244,7 @@ def _probe_self_attention(ns):
 
 
 PROBES = {"masked_softmax:44:constant:d14a9f54ad": ("03_scoring_functions", _probe_masked_softmax),
-          "self_attention_loops:35:swap:a146fcf44a": ("04_self_attention", _probe_loops),
+          "self_attention_loops:38:swap:bb56c20876": ("04_self_attention", _probe_loops),
           "self_attention_module:31:delete:9461fb0ef9": ("04_self_attention", _probe_self_attention)}
 
 
