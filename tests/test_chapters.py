@@ -17,8 +17,8 @@ import os
 
 import pytest
 
-from attention_course.cells import is_graded_run
-from autograder import submissions
+from attention_course.cells import grade_id, is_graded_run, is_solution
+from autograder import shortcuts, submissions
 from autograder.course import Course
 
 from .conftest import engine_on
@@ -34,6 +34,53 @@ PACKED = {ch: packed(COURSE, ch, SAMPLE[ch]) for ch in CHAPTERS}
 # the learner name under which each sampled mistake is graded (the notebook it shares)
 STUDENT = {(ch, m.id): f"mistakes-{i}" for ch in CHAPTERS for i, b in enumerate(PACKED[ch]) for m in b}
 CASES = [(ch, m.id) for ch in CHAPTERS for m in SAMPLE[ch]]
+
+
+# Every graded function's answer moved by a relative step inside the course's visible tolerances and outside
+# close's default ones (float64 1e-6, float32 1e-3): a check comparing one learner output with another learner
+# output (the cached run with ``out = block(x)``) then passes in a kernel that decides with its own expected value
+# and fails where the reference's is used. Stock nbgrader and `grade` must decide alike (issue 43: chapter 10's
+# rmsnorm-eps-outside-root, a mistake of this size, scored 25 under stock and 23 under `grade`).
+NUDGE = '''
+
+# every answer nudged (tests/test_chapters.py): stock nbgrader and grade must agree on what this costs
+def __nudge__(namespace, target):
+    import functools
+
+    import torch
+
+    owner_name, _, method = target.partition(".")
+    owner = namespace[owner_name]
+    real = getattr(owner, method) if method else owner
+
+    def bend(v):
+        if isinstance(v, torch.Tensor) and v.is_floating_point():
+            return v * (1 + (1e-6 if v.dtype == torch.float64 else 1e-3))
+        if type(v) in (tuple, list):
+            return type(v)(bend(x) for x in v)
+        return v
+
+    @functools.wraps(real)
+    def nudged(*args, **kwargs):
+        return bend(real(*args, **kwargs))
+
+    if method:
+        setattr(owner, method, nudged)
+    else:
+        namespace[owner_name] = nudged
+'''
+
+
+def nudged(course, chapter):
+    """The reference with every graded function's floating-point answer nudged (``NUDGE``)."""
+    nb = submissions.reference(course, chapter)
+    targets = shortcuts.targets(course, chapter)
+    for cell in nb.cells:
+        mine = [t.name for t in targets if is_solution(cell) and t.cell == grade_id(cell)]
+        if mine:
+            cell.source = cell.source.rstrip("\n") + "\n" + NUDGE + "".join(
+                f"__nudge__(globals(), {name!r})\n" for name in mine)
+    return nb
 
 
 def graded_cells_only(nb):
@@ -52,7 +99,8 @@ def graded(tmp_path_factory):
     courses = {}
     for chapter in CHAPTERS:
         course = courses[chapter] = copy_course(tmp_path_factory.mktemp(chapter))
-        notebooks = {"reference": submissions.reference(course, chapter), "blank": submissions.blank(course, chapter)}
+        notebooks = {"reference": submissions.reference(course, chapter), "blank": submissions.blank(course, chapter),
+                     "nudged": nudged(course, chapter)}
         notebooks.update({f"mistakes-{i}": submissions.with_mistakes(course, chapter, mistakes,
                                                                    idle=idle(COURSE, chapter, mistakes))
                           for i, mistakes in enumerate(PACKED[chapter])})
@@ -120,13 +168,15 @@ def test_isolated_engine_agrees_with_stock_cell_by_cell(graded):
     graded cell from our engine as from stock nbgrader. They decide differently (the engine takes expected values
     from the reference profile, stock computes them in the learner's kernel), so a test whose expected value
     calls another of the learner's functions would charge a mistake twice under one and once under the other:
-    chapter 2's ParametricNW visible test did, until it stopped calling the learner's nadaraya_watson."""
+    chapter 2's ParametricNW visible test did, until it stopped calling the learner's nadaraya_watson. The nudged
+    notebook (``NUDGE``) is there for that class: the sample alone covers the cells each mistake fails, idles the
+    rest, and never held a mistake small enough to pass the visible checks and move such an expected value."""
     disagree = []
     # every copy holds every chapter's solutions and reference profile: one engine on the first grades them all
     with engine_on(graded[CHAPTERS[0]]) as engine:
         for chapter in CHAPTERS:
             course = graded[chapter]
-            for student in ["reference", "blank", *(f"mistakes-{i}" for i in range(len(PACKED[chapter])))]:
+            for student in ["reference", "blank", "nudged", *(f"mistakes-{i}" for i in range(len(PACKED[chapter])))]:
                 path = course.grading / "submitted" / student / chapter / f"{chapter}.ipynb"
                 ours = engine.grade(chapter, path, student)
                 assert ours["status"] == "graded", (chapter, student, ours["reason"])
