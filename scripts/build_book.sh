@@ -6,8 +6,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 install_mathjax() {
-  # MathJax, vendored for offline math (see _config.yml).
-  if [ ! -f node_modules/mathjax/es5/tex-chtml.js ]; then
+  # MathJax, vendored for offline math (see _config.yml); the same npm install brings configurable-http-proxy, the
+  # proxy of the course's JupyterHub (deploy/jupyterhub/, tests/test_jupyterhub.py).
+  if [ ! -f node_modules/mathjax/es5/tex-chtml.js ] || [ ! -x node_modules/.bin/configurable-http-proxy ]; then
     command -v npm >/dev/null || { echo "building the book needs Node.js/npm (for MathJax)" >&2; exit 1; }
     npm ci --no-audit --no-fund --silent
   fi

@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install.sh
-bash scripts/build_book.sh --mathjax   # the book tests render math offline (install.sh needs no npm)
+bash scripts/build_book.sh --mathjax   # npm: MathJax (the book tests render math offline), configurable-http-proxy
 bash scripts/install_test_deps.sh
 # One pytest worker per core (at most 4); whole files go to one worker so module fixtures (a warm engine, a
 # graded class, the built book) are built once, longest file first (tests/conftest.py, FILE_SECONDS).

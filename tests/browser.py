@@ -51,12 +51,44 @@ class Browser:
         page.load(url, settle_js, timeout)
         return page
 
+    def new_context(self) -> str:
+        """A browser context of its own (cookies and storage apart, as in a separate private window): one per user
+        who logs in to the same site, so that each keeps their own session. Its id goes to ``open(context=...)``."""
+        return self._browser_call("Target.createBrowserContext")["browserContextId"]
+
+    def open_in(self, context: str, url: str, settle_js: str, timeout: float = 30.0) -> "Page":
+        """``open``, in the browser context ``context`` (from ``new_context``)."""
+        target = self._browser_call("Target.createTarget", url="about:blank", browserContextId=context)["targetId"]
+        page = Page(f"ws://127.0.0.1:{self.port}/devtools/page/{target}", target,
+                    f"http://127.0.0.1:{self.port}/json/close/{target}")
+        page.load(url, settle_js, timeout)
+        return page
+
+    def _browser_call(self, method: str, **params):
+        """A command to the browser itself (not to a page), over its own DevTools connection, opened once and kept:
+        a browser context lives as long as the connection that made it."""
+        if getattr(self, "_browser_ws", None) is None:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/json/version", timeout=10) as r:
+                self._browser_ws = websocket.create_connection(json.loads(r.read())["webSocketDebuggerUrl"],
+                                                               timeout=30)
+            self._browser_id = 0
+        self._browser_id += 1
+        self._browser_ws.send(json.dumps({"id": self._browser_id, "method": method, "params": params}))
+        while True:
+            msg = json.loads(self._browser_ws.recv())
+            if msg.get("id") == self._browser_id:
+                if "error" in msg:
+                    raise RuntimeError(f"{method}: {msg['error']}")
+                return msg.get("result", {})
+
     def tabs(self) -> set[str]:
         """The ids of the open tabs."""
         with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/json/list", timeout=10) as r:
             return {t["id"] for t in json.loads(r.read()) if t.get("type") == "page"}
 
     def close(self):
+        if getattr(self, "_browser_ws", None) is not None:
+            self._browser_ws.close()
         if self._proc.poll() is None:
             self._proc.kill()
             self._proc.wait(timeout=10)
@@ -111,6 +143,26 @@ class Page:
                 return
             time.sleep(0.25)
         raise TimeoutError(f"{url} did not settle within {timeout} s")
+
+    def wait_for(self, expression: str, timeout: float, what: str):
+        """Poll ``expression`` (a promise is awaited) until it is truthy, and return its value; fail naming ``what``
+        at the deadline. An evaluation that fails because the page is navigating away counts as not yet."""
+        deadline = time.monotonic() + timeout
+        last = None
+        while time.monotonic() < deadline:
+            try:
+                value = self.evaluate(expression)
+                if value:
+                    return value
+            except RuntimeError as e:  # e.g. "Execution context was destroyed" while the next page loads
+                last = e
+            time.sleep(0.5)
+        raise TimeoutError(f"timed out after {timeout:.0f} s waiting for {what}" + (f" (last error: {last})" if last
+                                                                                   else ""))
+
+    def navigate(self, url: str):
+        """Go to ``url`` without waiting for anything (``wait_for`` what the next page should show)."""
+        self._send("Page.navigate", url=url)
 
     def set_window(self, width: int, height: int):
         """Lay the page out as in a desktop window of ``width`` x ``height`` CSS pixels (device scale 1)."""
