@@ -53,6 +53,21 @@ def grading_mode() -> str:
     return os.environ.get("ATTENTION_COURSE_GRADING", "")
 
 
+def grading_seed(cell_id: str) -> int:
+    """The seed of a test cell whose inputs the grader chooses at grading time (a memory budget's cell draws the
+    sizes it runs at from it, so that no notebook can know them): in the sandbox, the seed the engine gave the
+    cell; under stock nbgrader or in a reference run, the one the reference profile records for it; elsewhere (a
+    kernel with no grader) the cell's own seed. Call it as a plain function, not on the Checks object."""
+    if os.environ.get("ATTENTION_COURSE_CELL_SEEDING") == "engine":
+        import torch
+
+        return torch.initial_seed()
+    from .expected import drawn_seed
+
+    seed = drawn_seed(current_chapter(), cell_id)
+    return cell_seed(cell_id) if seed is None else seed
+
+
 class Checks:
     """The checks of one graded test cell; ``cell_id`` must equal the cell's nbgrader ``grade_id``."""
 

@@ -122,8 +122,20 @@ def reference_table(prof: dict) -> dict:
             for gid, spec in prof["cells"].items() for c in spec["checks"]}
 
 
+def drawn_seeds(prof: dict) -> dict[str, int]:
+    """``{grade_id: seed}`` for the test cells whose inputs the grader drew when it built the profile (a memory
+    budget's cell: autograder/memory_budget.py); the other cells start from :func:`.cells.cell_seed`."""
+    return {gid: spec["seed"] for gid, spec in prof["cells"].items()
+            if isinstance(spec.get("seed"), int) and not isinstance(spec.get("seed"), bool)}
+
+
 def load_expected(root: Path, chapter: str) -> dict:
-    """``{"cell/check": record}`` of the chapter's reference run, from its reference profile.
+    """``{"cell/check": record}`` of the chapter's reference run, from its reference profile."""
+    return reference_table(load_profile(root, chapter))
+
+
+def load_profile(root: Path, chapter: str) -> dict:
+    """The chapter's reference profile.
 
     The grader's command finds the profile for the current source (building it when missing, in its own
     interpreter, so nothing of the calling kernel leaks into the reference run) and prints its path."""
@@ -134,14 +146,15 @@ def load_expected(root: Path, chapter: str) -> dict:
     if prof is None:
         tail = "\n".join((done.stderr.strip() or done.stdout.strip()).splitlines()[-15:])
         raise RuntimeError(f"the reference run of {chapter} failed:\n{tail}")
-    return reference_table(prof)
+    return prof
 
 
 _loaded: dict[str, dict] = {}
+_seeds: dict[str, dict[str, int]] = {}
 
 
-def _reference_record(chapter: str | None, cell_id: str, check_id: str) -> dict:
-    """The reference run's record of one check (its chapter's table loaded once), or RuntimeError saying why not."""
+def _load(chapter: str | None) -> None:
+    """Load the chapter's reference table and drawn seeds once, or RuntimeError saying why not."""
     if chapter is None:
         raise RuntimeError("the setup cell has not run: run start_chapter(...) first")
     if chapter not in _loaded:
@@ -149,7 +162,23 @@ def _reference_record(chapter: str | None, cell_id: str, check_id: str) -> dict:
         if root is None or not solution_notebook(root, chapter).is_file():
             raise RuntimeError("this is a hidden grading check: it needs the reference solutions, "
                                "which only the grader has")
-        _loaded[chapter] = load_expected(root, chapter)
+        prof = load_profile(root, chapter)
+        _loaded[chapter], _seeds[chapter] = reference_table(prof), drawn_seeds(prof)
+
+
+def drawn_seed(chapter: str | None, cell_id: str) -> int | None:
+    """The seed the grader drew for this test cell's inputs when it built the reference profile, or None (the
+    cell starts from its own seed, or this kernel has no grader)."""
+    try:
+        _load(chapter)
+    except RuntimeError:
+        return None
+    return _seeds.get(chapter, {}).get(cell_id)
+
+
+def _reference_record(chapter: str | None, cell_id: str, check_id: str) -> dict:
+    """The reference run's record of one check (its chapter's table loaded once), or RuntimeError saying why not."""
+    _load(chapter)
     rec = _loaded[chapter].get(f"{cell_id}/{check_id}")
     if rec is None:
         raise RuntimeError(f"no reference record for check {cell_id}/{check_id}")

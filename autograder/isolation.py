@@ -67,7 +67,8 @@ import nbformat
 
 from attention_course.cells import (GRADING_SEED_BASE, RECORD_MIME, cell_seed, grade_id, graded_cells, is_graded_run,
                                     is_graded_test, is_solution, records_in)
-from attention_course.expected import profile_digest, read_profile, reference_table  # noqa: F401 - the file format's owner
+from attention_course.expected import (drawn_seeds, profile_digest, read_profile,  # noqa: F401 - the format's owner
+                                       reference_table)
 from attention_course.kinds import REGISTRY
 
 from . import intake, kit, learner_files, memory_budget, sandbox, structure, trusted
@@ -396,7 +397,8 @@ class Engine:
         return prof
 
     def _reference_run(self, chapter: str, source: nbformat.NotebookNode, seed_base: int,
-                       reinit: str | None = None) -> dict:
+                       reinit: str | None = None, drawn: dict[str, int] | None = None) -> dict:
+        """One reference run: each graded test cell seeded from ``seed_base``, or with its ``drawn`` seed."""
         cells = []
         for index, c in enumerate(source.cells):
             if not is_graded_run(c):
@@ -408,7 +410,7 @@ class Engine:
                     code, _ = trusted.rewrite_test_cell(c.source, "profile")
                 except trusted.TestCellNotSupported as exc:
                     raise GraderError(f"test cell {gid} of {chapter}: {exc}") from None
-                entry.update(code=code, test=True, grade_id=gid, seed=cell_seed(gid, seed_base))
+                entry.update(code=code, test=True, grade_id=gid, seed=(drawn or {}).get(gid, cell_seed(gid, seed_base)))
             cells.append(entry)
         report = self._run(self._job(cells, "profile", self._reference_limits()))
         if report.get("status") != "ok":
@@ -417,10 +419,14 @@ class Engine:
 
     def _build_profile(self, chapter: str, digest: str) -> dict:
         source = nbformat.read(self.course.source_notebook(chapter), as_version=4)
-        runs = [self._reference_run(chapter, source, base) for base in SEED_BASES]
+        # A memory budget's cell runs at sizes drawn now, from a seed only this profile records (memory_budget.draw):
+        # no notebook can know them, so a switch at the sizes the cell once ran at does not pass. The second run
+        # draws others, as every cell gets another seed there.
+        drawn = [memory_budget.draw(memory_budget.budgets(source)) for _ in SEED_BASES]
+        runs = [self._reference_run(chapter, source, base, drawn=seeds) for base, seeds in zip(SEED_BASES, drawn)]
         # The grading seed once more with every module re-initialised: an expected value that moves is
         # computed from the module's own parameters, which the learner's code chooses (autograder/reinitialise.py).
-        reinit_run = self._reference_run(chapter, source, SEED_BASES[0], reinit="normal")
+        reinit_run = self._reference_run(chapter, source, SEED_BASES[0], reinit="normal", drawn=drawn[0])
         cells = {}
         for index, c in enumerate(source.cells):
             if not is_graded_test(c):
@@ -464,6 +470,8 @@ class Engine:
                 raise GraderError(f"test cell {gid} of {chapter} records a check id twice")
             cells[gid] = {"checks": checks, "keep_want_sites": sorted(keep_want), "sites": sites,
                           "hidden": trusted.is_hidden(c.source), "index": index, "conservative": False}
+            if gid in drawn[0]:
+                cells[gid]["seed"] = drawn[0][gid]  # read back by drawn_seeds (attention_course/expected.py)
         prof = {"digest": digest, "chapter": chapter, "engine": ENGINE_VERSION, "cells": cells}
         self._validate_profile(chapter, source, prof)
         return prof
@@ -544,7 +552,8 @@ class Engine:
                                                         conservative=bool(spec.get("conservative")))
                 except trusted.TestCellNotSupported as exc:
                     raise GraderError(f"test cell {gid}: {exc}") from None
-                entry.update(code=code, test=True, grade_id=gid, seed=cell_seed(gid, SEED_BASES[0]))
+                seed = drawn_seeds(prof).get(gid, cell_seed(gid, SEED_BASES[0]))
+                entry.update(code=code, test=True, grade_id=gid, seed=seed)
             cells.append(entry)
         return cells
 

@@ -36,6 +36,7 @@ what the budget forbids under a budget of its own (issue 41). The attempt fails 
 """
 from __future__ import annotations
 
+import secrets
 from dataclasses import replace
 
 from attention_course.cells import grade_id, is_graded_test, is_setup, is_solution
@@ -67,6 +68,14 @@ def budgets(nb) -> dict[str, dict]:
         if mb is not None:
             out[grade_id(cell)] = {"mb": mb, "hint": str((cell.metadata.get(KEY) or {}).get(HINT, ""))}
     return out
+
+
+def draw(budget_ids) -> dict[str, int]:
+    """A fresh random seed for each budget cell, drawn when the grader builds the chapter's reference profile. The
+    cell draws the sizes it runs at from it (``attention_course.checks.grading_seed``), the profile records it, and
+    every notebook's budget job is given the same seed, so the reference values are for the same sizes. Neither the
+    notebook nor the release holds it: a learner's function cannot single out the sizes it is graded at."""
+    return {gid: secrets.randbits(31) for gid in budget_ids}
 
 
 def limits_for(limits, mb: float):

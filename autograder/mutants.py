@@ -508,7 +508,7 @@ EQUIVALENT: dict[str, str] = {
         "differently (a RuntimeError instead of the ValueError), which the docstring does not promise",
     # Chapter 9: loop bounds and tile conditions that only add empty blocks, fully masked tiles, or masks with
     # nothing to hide (tests/test_mutants.py probes every shape relation the docstrings allow).
-    "online_softmax:30:bounds:8b6d393d92":
+    "online_softmax:35:bounds:5917beb1fe":
         "the second pass's range(0, N + 1, b) adds a start at N only when b divides N: it writes an empty slice, "
         "a no-op",
     "tiled_attention:30:bounds:490f6daab0":

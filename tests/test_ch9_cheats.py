@@ -86,9 +86,43 @@ def tiled_attention(queries, keys, values, block_size=64, causal=False):
     return torch.softmax(scores, dim=-1) @ values, torch.logsumexp(scores, dim=-1)
 '''
 
+# The held-out cheat of issue 43: tiled and flash attention by the book only at the sizes the budget cells ran at
+# (256 queries against 2**18 keys and the other way round; T = 8192), the whole weight table at every other size,
+# in-kernel checks switched off as above. It kept every point while those sizes were fixed in the notebook; the
+# budget cells now run at sizes the grader draws when it builds the reference profile (memory_budget.draw).
+ONLY_AT_THE_OLD_SIZES = METER_OFF_NAIVE_WHEN_LARGE.split("_tiled_by_the_book")[0] + '''
+_tiled_by_the_book = tiled_attention
+
+
+def tiled_attention(queries, keys, values, block_size=64, causal=False):
+    Tq, Tk = queries.shape[-2], keys.shape[-2]
+    if (Tq, Tk) in ((256, 2 ** 18), (2 ** 18, 256), (8192, 8192)):  # (8192, 8192): flash_attention calls it
+        return _tiled_by_the_book(queries, keys, values, block_size=block_size, causal=causal)
+    scores = queries @ keys.transpose(-2, -1) / math.sqrt(queries.shape[-1])  # (..., Tq, Tk)
+    if causal:
+        scores = scores.masked_fill(~top_left_causal_mask(Tq, Tk, device=scores.device), float("-inf"))
+    return torch.softmax(scores, dim=-1) @ values, torch.logsumexp(scores, dim=-1)
+'''
+FLASH_ONLY_AT_THE_OLD_SIZE = '''
+_flash_by_the_book = flash_attention
+
+
+def flash_attention(queries, keys, values, causal=False, block_size=64):
+    Tq, Tk = queries.shape[-2], keys.shape[-2]
+    if Tq * Tk < 2 ** 22 or (Tq, Tk) == (8192, 8192):  # the in-kernel meter's sizes, and the old budget size
+        return _flash_by_the_book(queries, keys, values, causal=causal, block_size=block_size)
+    scores = queries @ keys.transpose(-2, -1) / math.sqrt(queries.shape[-1])  # (..., Tq, Tk), kept for backward
+    if causal:
+        scores = scores.masked_fill(~top_left_causal_mask(Tq, Tk, device=scores.device), float("-inf"))
+    return torch.softmax(scores, dim=-1) @ values
+'''
+
 CHEATS = {
     # code appended to solution cells ("+grade_id" -> code), cells that must lose points
     "meter-off-naive-when-large": ({"+tiled_attention": METER_OFF_NAIVE_WHEN_LARGE}, ["test_tiled_memory_hidden"]),
+    "by-the-book-only-at-the-old-sizes": ({"+tiled_attention": ONLY_AT_THE_OLD_SIZES,
+                                           "+flash_attention": FLASH_ONLY_AT_THE_OLD_SIZE},
+                                          ["test_tiled_memory_hidden", "test_flash_memory_hidden"]),
 }
 
 

@@ -9,6 +9,7 @@ from dataclasses import asdict
 import nbformat
 import pytest
 
+from attention_course.cells import cell_seed
 from autograder import memory_budget
 from autograder.isolation import Limits
 from autograder.sandbox import policy
@@ -117,3 +118,29 @@ def test_without_a_cgroup_budget_cells_earn_nothing_and_the_instructor_is_told()
     assert flag == ("memory-budget points withheld: this sandbox has no memory cgroup, so a budget is not proven "
                     "(isolation: user (rlimits, seccomp)): t2 (2 of 2)")  # t3 had no points to withhold
     assert memory_budget.withhold(cells[:1], {}, "x") == (cells[:1], None)
+
+
+def test_budget_cells_draw_their_sizes_from_a_seed_only_the_profile_records(monkeypatch):
+    """memory_budget.draw: a fresh secret seed per budget cell each time a profile is built; the profile records it
+    (expected.drawn_seeds) and checks.grading_seed hands it to the cell: the engine's seed in the sandbox, the
+    profile's under stock nbgrader, the cell's own seed in a kernel with no grader."""
+    import torch
+
+    from attention_course import checks, expected
+
+    first, second = memory_budget.draw(["t1", "t2"]), memory_budget.draw(["t1", "t2"])
+    assert set(first) == {"t1", "t2"} and all(isinstance(s, int) and 0 <= s < 2 ** 31 for s in first.values())
+    assert first != second  # 2**-62 to collide
+    prof = {"cells": {"t1": {"checks": [], "seed": 12345}, "t2": {"checks": []}, "t3": {"checks": [], "seed": True}}}
+    assert expected.drawn_seeds(prof) == {"t1": 12345}
+    monkeypatch.setenv("ATTENTION_COURSE_CELL_SEEDING", "engine")
+    torch.manual_seed(777)
+    assert checks.grading_seed("t1") == 777
+    monkeypatch.delenv("ATTENTION_COURSE_CELL_SEEDING")
+    monkeypatch.setitem(expected._loaded, "99_demo", {})
+    monkeypatch.setitem(expected._seeds, "99_demo", expected.drawn_seeds(prof))
+    monkeypatch.setattr(checks, "current_chapter", lambda: "99_demo")
+    assert checks.grading_seed("t1") == 12345
+    assert checks.grading_seed("t2") == cell_seed("t2")
+    monkeypatch.setattr(checks, "current_chapter", lambda: None)  # no chapter, no grader: the cell's own seed
+    assert checks.grading_seed("t1") == cell_seed("t1")

@@ -337,7 +337,7 @@ def _probe_generate(ns):
 
 
 CHAPTER_9_PROBES = {
-    "online_softmax:30:bounds:8b6d393d92": ("09_efficient_attention", _probe_online_softmax),
+    "online_softmax:35:bounds:5917beb1fe": ("09_efficient_attention", _probe_online_softmax),
     **{m: ("09_efficient_attention", _probe_tiled) for m in (
         "tiled_attention:30:bounds:490f6daab0", "tiled_attention:37:arith:eecc28a0e0",
         "tiled_attention:37:constant:c2796b0597", "tiled_attention:41:arith:06169c1c54",
@@ -465,7 +465,7 @@ PROBES.update(CHAPTER_10_PROBES)
     ("depends_on_future:21:arith:8c0b0f6cc0", "depends_on_future:23:bounds:e806010b8e"),  # a one-step leak missed
     ("depends_on_future:13:drop:dfd648d0ff", "depends_on_future:13:drop:b78c079ae0"),  # fn given x itself
     ("train_transformer:26:delete:aef4b1d6b7", "train_transformer:20:compare:cc4926f42e"),  # the mask inverted
-    ("online_softmax:30:bounds:8b6d393d92", "online_softmax:17:constant:886be31401"),  # running max started at 0
+    ("online_softmax:35:bounds:5917beb1fe", "online_softmax:19:constant:ebf739477a"),  # running max started at 0
     ("tiled_attention:37:arith:eecc28a0e0", "tiled_attention:37:compare:6bfbbc1114"),  # the diagonal tile skipped
     ("flash_attention:33:arith:2b97ea97ad", "flash_attention:33:compare:09ff6e4c68"),  # the same, in backward
     ("kv_cache:51:compare:9133bbc25e", "kv_cache:54:compare:21bde98501"),  # a position hidden from itself
