@@ -36,8 +36,12 @@ time, and none of them says whose submission it is. What a learner cannot write 
   changed by hand in ``grading/submitted/`` later has no arrival time (``grade`` holds it for the instructor).
 
 The learner's claims are kept as claims: the time in the entry's name is used only to choose among one
-learner's own entries (the latest claimed, as nbgrader's collect does), and ``timestamp.txt`` is shown beside
-the trusted time, never used for lateness.
+learner's own entries (the latest claimed, as nbgrader's collect does), and is kept in the record
+(``claimed_time``), shown beside the trusted time, never used for lateness. The collected folder's
+``timestamp.txt`` (the instructor's copy in ``grading/submitted/``) is then overwritten with the recorded arrival
+that grading uses (:func:`stamp`), so nbgrader's own tools read the trusted time too: formgrader counts a
+submission as autograded only when that file's time equals the gradebook's, and stock ``nbgrader autograde``
+computes lateness from it.
 
 The record is the append-only JSON-lines file ``grading/arrivals.jsonl`` (the instructor's, outside
 ``grading/submitted/``, which holds learner files). One line per observation: the latest line for a learner
@@ -70,7 +74,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from . import learner_files
-from .atomic_files import append_line
+from .atomic_files import append_line, write_atomic
 from .course import COURSE_ID, Course
 
 LEDGER_NAME = "arrivals.jsonl"
@@ -232,6 +236,10 @@ class Ledger:
                 skipped += 1
         return cls(records, skipped)
 
+    def add(self, record: Arrival) -> None:
+        """A record just appended to the file, as if read from it."""
+        self._by_key.setdefault((record.student, record.chapter), []).append(record)
+
     def by_learner(self) -> dict[tuple[str, str], list[Arrival]]:
         """{(student, chapter): their records, oldest first}."""
         return {k: list(v) for k, v in self._by_key.items()}
@@ -297,7 +305,19 @@ def record_received(course: Course, chapter: str, student: str, when: _dt.dateti
     arrival = Arrival(chapter=chapter, student=student, arrived=when, source="instructor", notebooks=notebooks,
                       observed=utc_now())
     append(ledger_path(course), arrival)
+    stamp(folder, Ledger.read(ledger_path(course)), student, chapter)
     return arrival
+
+
+def stamp(folder: Path, ledger: "Ledger", student: str, chapter: str) -> None:
+    """Write into the collected folder's ``timestamp.txt`` (nbgrader's format) the arrival grading will use for its
+    notebook (:meth:`Ledger.arrival_of`), so formgrader and stock nbgrader see the gradebook's time. The learner's
+    own file is in their inbox entry, and its claim in the record."""
+    notebooks = notebook_digests(folder)
+    name = f"{chapter}.ipynb" if f"{chapter}.ipynb" in notebooks else next(iter(sorted(notebooks)), None)
+    chosen = ledger.arrival_of(student, chapter, name, notebooks.get(name)) if name else None
+    if chosen is not None:
+        write_atomic(folder / "timestamp.txt", f"{chosen.arrived:%Y-%m-%d %H:%M:%S.%f} UTC")
 
 
 # -- the inbox -----------------------------------------------------------------------------------------------
@@ -504,6 +524,7 @@ def collect(course: Course, chapter: str, exchange: Path, update: bool = False, 
     submitted = course.grading / "submitted"
     written, not_collected = [], {}
     lag = ctime_lag_bound_s()
+    ledger = Ledger.read(ledger_path(course))
 
     def refuse(owner, reason):
         not_collected[owner] = reason
@@ -560,6 +581,8 @@ def collect(course: Course, chapter: str, exchange: Path, update: bool = False, 
                               claimed_id=entry.claimed_id, claimed_time=entry.claimed_time, flags=tuple(flags),
                               ctime_lag_s=lag)
             append(ledger_path(course), arrival)
+            ledger.add(arrival)
+            stamp(folder, ledger, owner, chapter)
             written.append(arrival)
             log(f"{owner}: arrived {arrival.describe()}" + "".join(f"\n  flag: {f}" for f in flags))
     return Collection(written, not_collected)

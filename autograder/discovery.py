@@ -118,6 +118,8 @@ def attach_arrivals(tasks: list[Task], ledger: arrivals.Ledger, digests: dict) -
         task.arrival = ledger.arrival_of(task.student, task.chapter, Path(task.path).name, digests.get(id(task)))
         if task.arrival is not None:
             task.flags = [*task.flags, *task.arrival.flags]
+            if task.arrival.claimed_time:  # collect put the recorded time in timestamp.txt; the claim is here
+                task.claimed_time = task.arrival.claimed_time
 
 
 def grading_sources() -> list[Path]:

@@ -277,6 +277,9 @@ def test_a_class_on_the_hub_from_release_to_feedback_and_canvas(hub_class, brows
     teacher.wait_for(FORMGRADER_TABLE, 120, "formgrader's submissions")
     submitted = formgrader_table(teacher, "Student ID")
     assert set(submitted) == set(learners), submitted
+    for name in learners:  # graded, not "needs autograding": collect stamped the gradebook's time in timestamp.txt
+        assert (submitted[name]["Status"], submitted[name]["Score"]) == \
+            ("graded", f"{graded[name][0]:g} / {graded[name][1]:g}"), submitted[name]
     teacher.navigate(f"{hub.url}/user/{instructor}/formgrader/manage_students")
     teacher.wait_for(FORMGRADER_TABLE, 120, "formgrader's students")
     students = formgrader_table(teacher, "Student ID")
