@@ -37,7 +37,7 @@ KINDS = ("unit", "notebooks", "sandbox", "services")
 FILE_SECONDS = {"test_chapters.py": 252, "test_catalogues.py": 147, "test_isolation.py": 127, "test_release.py": 88,
                 "test_unprivileged.py": 81, "test_nbval.py": 78, "test_kit.py": 75, "test_batch.py": 74,
                 "test_mutants.py": 71, "test_shortcuts.py": 66, "test_ch9_cheats.py": 57, "test_deadlines.py": 47,
-                "test_exchange.py": 37, "test_benchmarks.py": 34, "test_jupyterhub.py": 30,
+                "test_exchange.py": 37, "test_benchmarks.py": 34, "test_serve.py": 80, "test_jupyterhub.py": 30,
                 "test_postgres.py": 27, "test_devices.py": 24,
                 "test_initialisation.py": 22, "test_selfcheck.py": 17, "test_formgrader.py": 16,
                 "test_malformed_class.py": 16, "test_ch8_cheats.py": 13, "test_similarity.py": 13, "test_book.py": 12,
