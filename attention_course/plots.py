@@ -52,17 +52,6 @@ def plot_attention_grid(maps, *, titles=None, key_axis="keys", query_axis="queri
                 "yes_no_data": bool(np.isin(maps, (0.0, 1.0)).all())})
 
 
-# The old name and keywords, kept only while the chapters move to plot_attention_grid (issue 43); removed once no
-# notebook calls it.
-_OLD_KEYWORDS = {"xlabel": "key_axis", "ylabel": "query_axis", "cmap": "colour_map", "figsize_per": "panel_inches",
-                 "vmax": "scale_top", "suptitle": "heading"}
-
-
-def show_heatmaps(matrices, titles=None, **keywords):
-    """Deprecated name of :func:`plot_attention_grid` (old keyword names accepted)."""
-    plot_attention_grid(matrices, titles=titles, **{_OLD_KEYWORDS.get(k, k): v for k, v in keywords.items()})
-
-
 # The key under which a notebook output records how plot_attention_grid drew it.
 RECORD_KEY = "attention_course/heatmaps"
 

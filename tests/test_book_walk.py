@@ -38,8 +38,6 @@ MIN_SHARE = 0.6
 # walk scales that by how wide Chromium shows the image against its natural width. (Measuring an SVG's <text>
 # would need every figure stored twice, or as SVG only, which the book's PNG outputs are not.)
 MIN_TEXT_PX = 10
-# The grid helper's names: plot_attention_grid, and show_heatmaps while chapters still call the old name.
-GRID_HELPERS = ("plot_attention_grid", "show_heatmaps")
 
 FIGURES = """Array.from(document.querySelectorAll('main img')).map(img => ({
     src: img.getAttribute('src'), natural: img.naturalWidth, shown: img.getBoundingClientRect().width}))"""
@@ -267,7 +265,7 @@ def test_no_yes_no_data_on_a_colour_bar(chapter):
     drawn in the boolean mode, two colours and a legend, because a colour bar promises values in between that
     the data do not have."""
     source = nbformat.read(ROOT / f"{chapter}.ipynb", as_version=4)
-    calls = sum(c.source.count(f"{name}(") for c in source.cells if c.cell_type == "code" for name in GRID_HELPERS)
+    calls = sum(c.source.count("plot_attention_grid(") for c in source.cells if c.cell_type == "code")
     records = _heatmap_records(chapter)
     assert len(records) >= min(calls, 1), (
         f"{chapter} calls plot_attention_grid but its stored outputs carry no record of how: release the chapter again "
