@@ -28,21 +28,21 @@ KINDS = ("unit", "notebooks", "sandbox", "services")
 
 
 # CPU seconds each test file takes in the whole suite on 2 cores (`pytest --cpu-report`, scripts/cpu_report.py;
-# measured 2026-11-27 on a fresh clone at af43145, where the reference profiles are built inside whichever of the
+# measured 2026-11-27 on a fresh clone at 9be29d2, where the reference profiles are built inside whichever of the
 # first two files takes the lock first). Whole files go to the xdist workers in this order, longest first
 # (scripts/run_tests.sh passes --no-loadscope-reorder, which would otherwise order them by their number of tests
 # and leave single long tests, the services, for last), so the suite does not end with one worker finishing a long
 # file while the other idles. Only the order depends on these numbers: a stale one costs time, never a result; a
 # file not listed goes last.
-FILE_SECONDS = {"test_chapters.py": 252, "test_catalogues.py": 147, "test_isolation.py": 127, "test_release.py": 88,
-                "test_unprivileged.py": 81, "test_nbval.py": 78, "test_kit.py": 75, "test_batch.py": 74,
-                "test_mutants.py": 71, "test_shortcuts.py": 66, "test_ch9_cheats.py": 57, "test_deadlines.py": 47,
-                "test_exchange.py": 37, "test_benchmarks.py": 34, "test_serve.py": 80, "test_jupyterhub.py": 30,
-                "test_postgres.py": 27, "test_devices.py": 24,
-                "test_initialisation.py": 22, "test_selfcheck.py": 17, "test_formgrader.py": 16,
-                "test_malformed_class.py": 16, "test_ch8_cheats.py": 13, "test_similarity.py": 13, "test_book.py": 12,
-                "test_dask.py": 11, "test_report.py": 8, "test_book_walk.py": 7, "test_intake.py": 7,
-                "test_new_gradebook.py": 4, "test_active_content.py": 4, "test_verdict_properties.py": 4}
+FILE_SECONDS = {"test_chapters.py": 326, "test_catalogues.py": 175, "test_isolation.py": 123, "test_release.py": 106,
+                "test_shortcuts.py": 88, "test_nbval.py": 82, "test_unprivileged.py": 81, "test_ch9_cheats.py": 76,
+                "test_kit.py": 76, "test_mutants.py": 72, "test_batch.py": 70, "test_benchmarks.py": 60,
+                "test_deadlines.py": 43, "test_exchange.py": 34, "test_serve.py": 32, "test_postgres.py": 28,
+                "test_jupyterhub.py": 27, "test_initialisation.py": 26, "test_devices.py": 25, "test_dask.py": 18,
+                "test_formgrader.py": 18, "test_selfcheck.py": 17, "test_malformed_class.py": 16,
+                "test_ch8_cheats.py": 13, "test_similarity.py": 13, "test_book.py": 12, "test_report.py": 7,
+                "test_book_walk.py": 7, "test_intake.py": 7, "test_verdict_properties.py": 4,
+                "test_new_gradebook.py": 4, "test_active_content.py": 4}
 
 
 @pytest.hookimpl(tryfirst=True)  # before -m deselects, so every collected test is checked
