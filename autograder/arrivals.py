@@ -74,7 +74,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from . import learner_files
-from .atomic_files import append_line, write_atomic
+from .atomic_files import append_line, read_records, write_atomic
+from .parent_death import die_with_parent
 from .course import COURSE_ID, Course
 
 LEDGER_NAME = "arrivals.jsonl"
@@ -220,20 +221,7 @@ class Ledger:
 
     @classmethod
     def read(cls, path: Path) -> "Ledger":
-        try:
-            raw = learner_files.read_bounded(path, MAX_LEDGER_BYTES)
-        except learner_files.NotReadable as err:
-            if str(err) == "missing":
-                return cls([])
-            raise RuntimeError(f"the arrival record {path} is not readable ({err})") from None
-        records, skipped = [], 0
-        for line in raw.split(b"\n"):
-            if not line.strip():
-                continue
-            try:
-                records.append(Arrival.from_json(json.loads(line)))
-            except (ValueError, KeyError, TypeError):
-                skipped += 1
+        records, skipped = read_records(path, MAX_LEDGER_BYTES, Arrival.from_json, "the arrival record")
         return cls(records, skipped)
 
     def add(self, record: Arrival) -> None:
@@ -309,11 +297,12 @@ def record_received(course: Course, chapter: str, student: str, when: _dt.dateti
     return arrival
 
 
-def stamp(folder: Path, ledger: "Ledger", student: str, chapter: str) -> None:
+def stamp(folder: Path, ledger: "Ledger", student: str, chapter: str, notebooks: dict | None = None) -> None:
     """Write into the collected folder's ``timestamp.txt`` (nbgrader's format) the arrival grading will use for its
     notebook (:meth:`Ledger.arrival_of`), so formgrader and stock nbgrader see the gradebook's time. The learner's
-    own file is in their inbox entry, and its claim in the record."""
-    notebooks = notebook_digests(folder)
+    own file is in their inbox entry, and its claim in the record. ``notebooks``: the folder's digests, when the
+    caller has just read them (collect has)."""
+    notebooks = notebook_digests(folder) if notebooks is None else notebooks
     name = f"{chapter}.ipynb" if f"{chapter}.ipynb" in notebooks else next(iter(sorted(notebooks)), None)
     chosen = ledger.arrival_of(student, chapter, name, notebooks.get(name)) if name else None
     if chosen is not None:
@@ -493,7 +482,9 @@ def _nbgrader_collect(course: Course, chapter: str, root: Path, update: bool) ->
     if update:
         args.append("--update")
     # Its output is not shown: it names the learner's files. The caller says which entry failed, in fixed words.
-    return subprocess.run(args, env=course.nbgrader_env(), cwd=course.root, capture_output=True).returncode
+    # It dies with this process: a collect killed half-way (serve under kill -9) leaves no nbgrader writing on.
+    return subprocess.run(args, env=course.nbgrader_env(), cwd=course.root, capture_output=True,
+                          preexec_fn=die_with_parent).returncode
 
 
 @dataclass
@@ -580,9 +571,11 @@ def collect(course: Course, chapter: str, exchange: Path, update: bool = False, 
                               notebooks=notebooks, observed=utc_now(), entry=entry.name, owner_uid=entry.owner_uid,
                               claimed_id=entry.claimed_id, claimed_time=entry.claimed_time, flags=tuple(flags),
                               ctime_lag_s=lag)
-            append(ledger_path(course), arrival)
+            # Stamped before the record is appended: a kill in between leaves no record, so the next collect takes the
+            # entry again and stamps it; the other order could leave a recorded entry never stamped.
             ledger.add(arrival)
-            stamp(folder, ledger, owner, chapter)
+            stamp(folder, ledger, owner, chapter, notebooks)  # the folder's digests, compared above
+            append(ledger_path(course), arrival)
             written.append(arrival)
             log(f"{owner}: arrived {arrival.describe()}" + "".join(f"\n  flag: {f}" for f in flags))
     return Collection(written, not_collected)

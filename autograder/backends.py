@@ -5,7 +5,6 @@ gradebook writer. Used by ``grade`` (autograder/batch.py); :func:`make_engine`, 
 """
 from __future__ import annotations
 
-import ctypes
 import importlib
 import multiprocessing as mp
 import multiprocessing.connection
@@ -24,20 +23,12 @@ from .atomic_files import write_atomic_bytes
 from .course import Course
 from .digests import framed_sha256
 from .discovery import Task, failed_result, submission_bytes
+from .parent_death import die_with_parent
 from .results import GradingResult, ResultFormatError
 
 # One BLAS/OpenMP thread per notebook: scores do not depend on the worker count, and N workers do not
 # oversubscribe N cores.
 _THREAD_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
-
-
-def _die_with_parent() -> None:
-    """Linux: SIGKILL this worker when the process that started it dies (even by SIGKILL)."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
-    except Exception:
-        pass
 
 
 def make_engine(course_root: Path, module_name: str, limits: dict):
@@ -104,8 +95,8 @@ def prepare_with(engine, chapter: str) -> str | None:
         return traceback.format_exc(limit=6)[-3000:]
 
 
-def _local_worker(conn, course_root: str, module_name: str, limits: dict) -> None:
-    _die_with_parent()
+def _local_worker(conn, parent_pid: int, course_root: str, module_name: str, limits: dict) -> None:
+    die_with_parent(parent_pid)  # a killed grade or serve takes its workers with it
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when to stop
     try:
         engine = make_engine(Path(course_root), module_name, limits)
@@ -229,7 +220,7 @@ class LocalBackend:
 
     def _start(self):
         parent, child = self.ctx.Pipe()
-        proc = self.ctx.Process(target=_local_worker, args=(child, *self.args), daemon=True)
+        proc = self.ctx.Process(target=_local_worker, args=(child, os.getpid(), *self.args), daemon=True)
         proc.start()
         child.close()
         w = {"proc": proc, "conn": parent, "task": None, "closing": False, "idle": False}
