@@ -3,8 +3,11 @@ browser) sees the previous version or the new one, never half of one, even when 
 appended a whole line at a time (the arrival record, the feedback journal)."""
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
+
+from .learner_files import NotReadable, read_bounded
 
 
 def write_atomic_bytes(path: Path, data: bytes) -> None:
@@ -38,3 +41,24 @@ def append_line(path: Path, line: bytes, mode: int = 0o640) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def read_records(path: Path, max_bytes: int, parse, what: str) -> tuple[list, int]:
+    """The records of a file :func:`append_line` wrote: each non-empty line's JSON through ``parse``, and how many
+    lines did not parse (a torn last line after a kill) and were skipped. ``([], 0)`` when there is no file yet;
+    read with ``lstat``-style care and a size bound (learner_files.read_bounded); ``what`` names it in the error."""
+    try:
+        raw = read_bounded(path, max_bytes)
+    except NotReadable as err:
+        if str(err) == "missing":
+            return [], 0
+        raise RuntimeError(f"{what} {path} is not readable ({err})") from None
+    records, skipped = [], 0
+    for line in raw.split(b"\n"):
+        if not line.strip():
+            continue
+        try:
+            records.append(parse(json.loads(line)))
+        except (ValueError, KeyError, TypeError):
+            skipped += 1
+    return records, skipped

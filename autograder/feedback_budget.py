@@ -19,8 +19,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import learner_files
-from .atomic_files import append_line
+from .atomic_files import append_line, read_records
 from .course import Course
 
 JOURNAL = Path("serve") / "feedback.jsonl"
@@ -54,6 +53,10 @@ class Release:
         return {"student": self.student, "chapter": self.chapter, "key": self.key,
                 "at": self.at.isoformat(timespec="microseconds")}
 
+    @classmethod
+    def from_json(cls, data: dict) -> "Release":
+        return cls(str(data["student"]), str(data["chapter"]), str(data["key"]), _dt.datetime.fromisoformat(data["at"]))
+
 
 @dataclass(frozen=True)
 class Decision:
@@ -77,20 +80,8 @@ class Journal:
 
     @classmethod
     def read(cls, path: Path) -> "Journal":
-        try:
-            raw = learner_files.read_bounded(path, MAX_JOURNAL_BYTES)
-        except learner_files.NotReadable as err:
-            if str(err) == "missing":
-                return cls(path, [])
-            raise RuntimeError(f"the feedback journal {path} is not readable ({err})") from None
-        releases = []
-        for line in raw.split(b"\n"):
-            try:
-                data = json.loads(line)
-                releases.append(Release(str(data["student"]), str(data["chapter"]), str(data["key"]),
-                                        _dt.datetime.fromisoformat(data["at"])))
-            except (ValueError, KeyError, TypeError):
-                continue  # an empty line, or a torn last line after a kill: that release is made again
+        # a torn last line after a kill is skipped: that release is made again
+        releases, _torn = read_records(path, MAX_JOURNAL_BYTES, Release.from_json, "the feedback journal")
         return cls(path, releases)
 
     def released(self, student: str, chapter: str, key: str) -> bool:
