@@ -14,6 +14,9 @@
   cached in ``grading/expected/``); ``grade`` and stock nbgrader's kernels build them on first use anyway.
 - ``kit --out DIR``: build the learner kit (releases with reference outputs, the ``attention_course`` wheel,
   the self-check's reference outputs, requirements, a README; no solutions, hidden tests or grader).
+- ``translations update|status [CHAPTER...] [--check]``: the chapters' Chinese catalogues
+  (``locales/zh_CN/LC_MESSAGES/<chapter>.po``) brought in line with the English releases, or their progress
+  (see ``autograder/translations.py``).
 - ``mutants [CHAPTER...]``: the mutation score of every graded function's hidden tests.
 - ``similarity [CHAPTER...]``: submissions that look copied, from the gradebook's submitted notebooks.
 - ``deadlines CHAPTER [--due ISO] [--extend STUDENT=HOURS]``: a chapter's due date and learners' extensions
@@ -106,7 +109,7 @@ def main(argv: list[str]) -> int:
 
         return export_main(rest)
     # Each of these commands is owned by the module of the same name (its docstring says what it does).
-    if command in ("kit", "mutants", "similarity", "deadlines"):
+    if command in ("kit", "mutants", "similarity", "deadlines", "translations"):
         import importlib
 
         return importlib.import_module(f".{command}", __package__).main(rest)
