@@ -11,6 +11,10 @@
   One without the other would give a dead link (the theme even fails on it), so the build stops and says which
   is missing. A repository on a host the theme does not know (a university's git server) works too: the theme
   wants a provider name only for its edit and source buttons, which this book does not show.
+- The book has two editions (autograder/book_editions.py): every page gets ``language_switch``, the link to the same
+  page in the other edition (``book_templates/language-switch.html`` shows it in the article's header), and an
+  ``hreflang`` alternate link in its head. The Chinese edition is built from a generated source tree, so
+  ``course_root`` (set by book_editions) names the course its kit and install text come from.
 """
 from __future__ import annotations
 
@@ -22,7 +26,7 @@ from sphinx.application import Sphinx
 from sphinx.errors import ConfigError
 from sphinx.util.docutils import SphinxDirective
 
-from . import kit
+from . import book_editions, kit
 from .course import Course
 
 # Hosts whose provider sphinx-book-theme infers from the repository URL itself.
@@ -36,10 +40,26 @@ class CourseKit(SphinxDirective):
 
     def run(self) -> list[nodes.Node]:
         to_root = "../" * self.env.docname.count("/")
-        text = kit.install_markdown(kit.wheel_filename(Course(self.env.srcdir)), to_root)
+        text = kit.install_markdown(kit.wheel_filename(course_of(self.config, self.env.srcdir)), to_root)
         box = nodes.container(classes=["course-kit"])
         self.state.nested_parse(StringList(text.splitlines(), source=self.env.docname), self.content_offset, box)
         return [box]
+
+
+def course_of(config, srcdir) -> Course:
+    """The course the book is built from: its source folder, or ``course_root`` for a generated edition's."""
+    return Course(config.course_root or srcdir)
+
+
+def add_language_switch(app: Sphinx, pagename: str, templatename: str, context: dict, doctree) -> None:
+    """The link from this page to the same page in the book's other edition, for the header and the head."""
+    edition = book_editions.edition_of(app.config.language)
+    other = book_editions.other_edition(edition)
+    href = book_editions.switch_href(edition, app.builder.get_target_uri(pagename))
+    context["language_switch"] = {"href": href, "label": other.label, "title": other.switch_title,
+                                  "hreflang": other.hreflang}
+    context["metatags"] = (context.get("metatags") or "") + (
+        f'\n    <link rel="alternate" hreflang="{other.hreflang}" href="{href}" />')
 
 
 def check_launch_settings(app: Sphinx, config) -> None:
@@ -59,11 +79,13 @@ def check_launch_settings(app: Sphinx, config) -> None:
 
 def add_kit_to_site(app: Sphinx, exception: Exception | None) -> None:
     if exception is None and app.builder.format == "html":
-        kit.build_site_files(Course(app.srcdir), app.outdir)
+        kit.build_site_files(course_of(app.config, app.srcdir), app.outdir)
 
 
 def setup(app: Sphinx) -> dict:
     app.add_directive("course-kit", CourseKit)
+    app.add_config_value("course_root", "", "env", types=[str])
+    app.connect("html-page-context", add_language_switch)
     app.connect("config-inited", check_launch_settings)
     app.connect("build-finished", add_kit_to_site)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # README command 1: install everything, then build the book offline into _build/html (warnings are errors), with the
-# learner kit in it (the wheel and the zip its pages link to).
+# learner kit in it (the wheel and the zip its pages link to), and its Chinese edition into _build/html/zh.
 # `bash scripts/build_book.sh --mathjax` only installs MathJax (the test suite's book tests build the book
 # themselves). MathJax is the one thing that needs Node.js/npm, and only the book needs it.
 set -euo pipefail
@@ -20,5 +20,8 @@ fi
 bash scripts/install.sh
 install_mathjax
 .venv/bin/jupyter-book build . -W --keep-going
-echo "Book built: $(pwd)/_build/html/index.html"
-echo "The course kit in it (autograder/book_site.py): _build/html/attention-kit.zip and _build/html/wheels/"
+# The Chinese edition (issue 45) into _build/html/zh/, from a source tree generated in _build/editions/zh/src
+# (autograder/book_editions.py): the Chinese releases and the front page translated through book.po, -W too.
+.venv/bin/python -m autograder.book_editions build --site _build/html --work _build/editions
+echo "Book built: $(pwd)/_build/html/index.html (English) and $(pwd)/_build/html/zh/index.html (Chinese)"
+echo "The course kit in each (autograder/book_site.py): attention-kit.zip and wheels/ beside its index.html"

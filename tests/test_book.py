@@ -24,7 +24,7 @@ import pytest
 pytestmark = pytest.mark.services
 import yaml
 
-from autograder import kit
+from autograder import book_editions, kit
 from autograder.course import Course
 
 from .browser import Browser
@@ -38,15 +38,21 @@ MATH_DONE = ("(window.MathJax && MathJax.startup && MathJax.startup.promise ? "
 
 
 # What the built book is made of: a build is reused only while none of these has changed. The site also offers the
-# learner kit (autograder/book_site.py), built from the learner package and the course's pins.
+# learner kit (autograder/book_site.py), built from the learner package and the course's pins. The Chinese edition
+# (autograder/book_editions.py) adds its releases, the book's catalogue and the code that translates the front page.
 BOOK_SOURCES = ("_config.yml", "_toc.yml", "index.md", "chapters", "assets", "book_static", "attention_course",
-                "autograder/kit.py", "autograder/book_site.py", "pyproject.toml", "requirements.txt")
+                "autograder/kit.py", "autograder/book_site.py", "pyproject.toml", "requirements.txt",
+                "chapters_zh", "book_templates", "locales/zh_CN/LC_MESSAGES/book.po", "autograder/book_editions.py",
+                "autograder/notebook_text.py")
+# Each edition: its folder in the site (English at the root, as every test here always had it).
+EDITIONS = {edition.code: edition for edition in book_editions.EDITIONS}
 
 
 def build_book() -> Path:
-    """The book built with -W (warnings are errors), its html folder. One build per content: the build lives in
-    the temporary folder under a hash of BOOK_SOURCES, so this file and tests/test_book_walk.py (and a rerun with
-    nothing changed) share it; a build that fails leaves nothing behind to reuse."""
+    """The book built with -W (warnings are errors), both editions, its html folder (the Chinese edition in its zh/
+    folder, as scripts/build_book.sh lays it out). One build per content: the build lives in the temporary folder
+    under a hash of BOOK_SOURCES, so this file and tests/test_book_walk.py (and a rerun with nothing changed) share
+    it; a build that fails leaves nothing behind to reuse."""
     digest = hashlib.sha256()
     for name in BOOK_SOURCES:
         for path in sorted(p for p in [ROOT / name, *(ROOT / name).rglob("*")]
@@ -61,6 +67,14 @@ def build_book() -> Path:
             shutil.rmtree(stale, ignore_errors=True)
     work = Path(tempfile.mkdtemp(prefix="attention-book-building-"))
     jupyter_book(work)
+    for edition in book_editions.EDITIONS:
+        if edition.site_dir:
+            try:
+                book_editions.build_edition(COURSE, edition, work / "_build" / "html", work / "editions" / edition.code)
+            except RuntimeError as e:
+                shutil.rmtree(work, ignore_errors=True)
+                pytest.fail(str(e))
+    shutil.rmtree(work / "editions", ignore_errors=True)  # its generated source and Sphinx's working files
     try:
         work.rename(cache)
     except OSError:  # another run finished the same build first
@@ -109,12 +123,45 @@ def browser():
     b.close()
 
 
-def test_only_toc_files_are_built(book):
-    pages = {p.relative_to(book).as_posix() for p in book.rglob("*.html")}
+@pytest.mark.parametrize("edition", EDITIONS)
+def test_only_toc_files_are_built(book, edition):
+    site = book / EDITIONS[edition].site_dir
+    pages = {p.relative_to(site).as_posix() for p in site.rglob("*.html")}
     chapters = {p for p in pages if p.startswith("chapters/")}
     assert chapters == {f"{c}.html" for c in PAGES}
-    assert not any(p.startswith(("solutions/", "tests/", "grading/")) or p == "README.html" for p in pages), (
-        "files outside _toc.yml were built")
+    assert not any(p.startswith(("solutions/", "tests/", "grading/", "chapters_zh/", "locales/")) or p == "README.html"
+                   for p in pages), "files outside _toc.yml were built"
+    assert "index.html" in pages
+
+
+def edition_pages(book: Path, edition) -> list[Path]:
+    """Every page of ``edition``'s site (the English one without the Chinese edition's folder; not the theme's
+    template snippets in ``_static``)."""
+    site = book / edition.site_dir
+    inner = [book / e.site_dir for e in book_editions.EDITIONS if e.site_dir and e is not edition]
+    return sorted(p for p in site.rglob("*.html") if not any(p.is_relative_to(i) for i in inner)
+                  and not p.relative_to(site).parts[0].startswith("_"))
+
+
+@pytest.mark.parametrize("edition", EDITIONS)
+def test_every_page_links_to_the_same_page_in_the_other_edition_and_back(book, edition):
+    """The language switch (book_templates/language-switch.html): one link on every page, front page, chapters,
+    search and index alike, to the page of the same name in the other edition, whose switch leads back here."""
+    this = EDITIONS[edition]
+    other = book_editions.other_edition(this)
+    pages = edition_pages(book, this)
+    assert len(pages) >= len(PAGES) + 3, [p.name for p in pages]
+    for page in pages:
+        switches = [href for href, _, label in anchors(page, "language-switch")]
+        assert len(switches) == 1, f"{page.relative_to(book)}: {len(switches)} language switches"
+        target = book / linked_file(book, page, switches[0])
+        assert target.is_file(), f"{page.relative_to(book)}: its switch leads nowhere ({switches[0]})"
+        assert target.relative_to(book / other.site_dir) == page.relative_to(book / this.site_dir)
+        back = [href for href, _, _ in anchors(target, "language-switch")]
+        assert len(back) == 1 and book / linked_file(book, target, back[0]) == page, (
+            f"{target.relative_to(book)} does not switch back to {page.relative_to(book)}")
+        label = [label.strip() for _, _, label in anchors(page, "language-switch")][0]
+        assert label == other.label
 
 
 def test_book_uses_no_network_resources(book):
@@ -200,27 +247,32 @@ def test_code_cells_wrap_at_the_column_width(server, browser):
 
 
 class _Anchors(html.parser.HTMLParser):
-    """Every ``<a>`` of a page as (href, title, its text)."""
+    """Every ``<a>`` of a page as (href, title, its text); with ``css_class``, only those of that class."""
 
-    def __init__(self):
+    def __init__(self, css_class: str | None = None):
         super().__init__()
-        self.found, self._open = [], []
+        self.found, self._open, self._class = [], [], css_class
 
     def handle_starttag(self, tag, attrs):
-        if tag == "a":
+        if tag == "a" and (self._class is None or self._class in (dict(attrs).get("class") or "").split()):
             self._open.append([dict(attrs).get("href"), dict(attrs).get("title") or "", ""])
+        elif tag == "a":
+            self._open.append(None)  # an anchor left out: its end tag closes it
 
     def handle_data(self, data):
         for a in self._open:
-            a[2] += data
+            if a is not None:
+                a[2] += data
 
     def handle_endtag(self, tag):
         if tag == "a" and self._open:
-            self.found.append(tuple(self._open.pop()))
+            a = self._open.pop()
+            if a is not None:
+                self.found.append(tuple(a))
 
 
-def anchors(page: Path) -> list[tuple[str | None, str, str]]:
-    parser = _Anchors()
+def anchors(page: Path, css_class: str | None = None) -> list[tuple[str | None, str, str]]:
+    parser = _Anchors(css_class)
     parser.feed(page.read_text())
     return parser.found
 
