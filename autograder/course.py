@@ -10,6 +10,8 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 # nbgrader's course id (autograder/nbgrader_config.py says the same): the gradebook's course row and the exchange's
 # folder of this course.
 COURSE_ID = "attention-from-scratch"
+# The translated releases' folders, by gettext language (autograder/translated_release.py writes them).
+TRANSLATED_CHAPTERS = {"zh_CN": "chapters_zh"}
 
 
 class Course:
@@ -43,6 +45,20 @@ class Course:
     def release_notebook(self, chapter: str) -> Path:
         return self.chapters_dir / chapter / f"{chapter}.ipynb"
 
+    @property
+    def locales(self) -> Path:
+        """The translation catalogues: ``locales/<lang>/LC_MESSAGES/<domain>.po`` (issue 45)."""
+        return self.root / "locales"
+
+    def translated_chapters_dir(self, lang: str) -> Path:
+        """Where the releases in ``lang`` lie (``chapters_zh/`` for zh_CN), beside the English ``chapters/``."""
+        return self.root / TRANSLATED_CHAPTERS[lang]
+
+    def translated_release_notebook(self, chapter: str, lang: str) -> Path:
+        """The release of ``chapter`` in ``lang``: the same notebook name as the English one, so nbgrader, grade_ids
+        and the gradebook treat both as the same notebook (a class may mix languages)."""
+        return self.translated_chapters_dir(lang) / chapter / f"{chapter}.ipynb"
+
     def mistakes_file(self, chapter: str) -> Path:
         return self.solutions / chapter / "mistakes.toml"
 
@@ -64,4 +80,9 @@ class Course:
                         ignore=shutil.ignore_patterns("__pycache__"))
         if with_release and self.chapters_dir.is_dir():
             shutil.copytree(self.chapters_dir, dest / "chapters")
+            for lang in TRANSLATED_CHAPTERS:
+                if self.translated_chapters_dir(lang).is_dir():
+                    shutil.copytree(self.translated_chapters_dir(lang), Course(dest).translated_chapters_dir(lang))
+        if self.locales.is_dir():
+            shutil.copytree(self.locales, dest / "locales")
         return Course(dest)

@@ -13,7 +13,12 @@ The kit is built from the same sources as the book and the gradebook:
 
 Solutions, hidden tests, mistake catalogues, reference profiles and the grader stay behind: the kit is made from
 ``chapters/`` and ``attention_course/`` only, and tests/test_kit.py runs the release's leak checks over it.
-Needs only the standard library and pip (no nbgrader), so a self-study learner can build it from a fresh clone.
+Needs no nbgrader (the course's requirements and pip), so a self-study learner can build it from a fresh clone.
+
+``--lang zh`` builds the Chinese kit (issue 45): the Chinese releases (``chapters_zh/``, placed at the same
+``chapters/<chapter>/`` paths), the README translated through ``locales/zh_CN/LC_MESSAGES/kit.po``, and a wheel
+whose ``attention_course/kit_language`` makes Chinese the learner's default language (``ATTENTION_COURSE_LANG``
+still decides where it is set).
 
 The book's site offers the kit too (:func:`build_site_files`, called by the book's build: autograder/book_site.py):
 the wheel at ``wheels/<wheel>`` (the same place relative to a chapter's page as to a chapter's notebook in the kit)
@@ -32,11 +37,14 @@ import sys
 import tempfile
 import tomllib
 import zipfile
+from dataclasses import dataclass
 from pathlib import Path
 
 import attention_course
 
+from . import kit_texts, notebook_text, translations
 from .course import Course
+from .kit_texts import GENERATED_NOTE_ID, KIT_CELL_ID
 
 # PyTorch's CPU wheels: on Linux, PyPI's torch is the CUDA build (several GB); this index holds the CPU one.
 CPU_TORCH_INDEX = "https://download.pytorch.org/whl/cpu"
@@ -46,12 +54,13 @@ CPU_TORCH_INDEX = "https://download.pytorch.org/whl/cpu"
 LEARNER_PACKAGES = ("torch", "numpy", "matplotlib", "ipykernel", "tqdm", "nbval", "pytest", "jsonschema")
 # Not in the repository's requirements (nbgrader pulls it in there): the notebook interface itself.
 JUPYTER = "jupyterlab>=4.6,<5"
-GENERATED_NOTE_ID = "generated-note"  # release.py's note to maintainers ("edit the source"): not for learners
 # The book's site: the wheel in a folder named as the kit's own (so one relative link works from a chapter's page,
 # from its notebook in the kit and from the kit pulled into a hub), and the whole kit as one zip at the site's root.
 SITE_WHEELS = "wheels"
 SITE_ZIP = "attention-kit.zip"
-KIT_CELL_ID = "course-kit"  # the released notebook's first cell: install_markdown (not graded, no nbgrader metadata)
+# The kit's language, one line in a file of the wheel's attention_course (attention_course/language.py reads it;
+# only a kit in another language than English has one).
+KIT_LANGUAGE_FILE = "kit_language"
 
 
 def requirement_pins(requirements: Path) -> dict[str, str]:
@@ -98,81 +107,27 @@ def pip_line(wheel: str, torch_index: str | None = CPU_TORCH_INDEX) -> str:
     return f"pip install {index}{wheel}"
 
 
-def install_markdown(wheel: str, to_root: str) -> str:
+def install_markdown(wheel: str, to_root: str, template: str = kit_texts.INSTALL) -> str:
     """"Get the course kit": what to install and where it lies on the book's site, as Markdown that Jupyter and the
     book both render. ``to_root`` is the way from the page (or notebook) to the site's root, e.g. ``../../`` from a
     chapter. The links are HTML anchors: the files are the site's, not the book's sources, so the book must not try
-    to resolve them (a Markdown link to a file outside the sources is a build warning)."""
-    wheel_href = f"{to_root}{SITE_WHEELS}/{wheel}"
-    return (
-        "**Get the course kit.** The chapters' notebooks import the course's package, `attention_course` (the set-up "
-        f'cell, the checks and the figures). Download <a href="{wheel_href}">{wheel}</a> from the course\'s site (its '
-        f"`{SITE_WHEELS}/` folder, beside the book's front page) and install it once, from the folder you saved it "
-        "in, with Python 3.11 or newer (in a virtual environment: `python3 -m venv .venv`, then `.venv/bin/pip`):\n\n"
-        f"```bash\n{pip_line(wheel)}\n```\n\n"
-        "It brings PyTorch (the CPU build), NumPy, Matplotlib, JupyterLab and the self-check with it. Then open a "
-        "chapter's notebook in that environment and run it from the top. Every chapter at once, for working offline: "
-        f'<a href="{to_root}{SITE_ZIP}">{SITE_ZIP}</a> (unzip it and follow its README).'
-    )
+    to resolve them (a Markdown link to a file outside the sources is a build warning). ``template`` is
+    :data:`kit_texts.INSTALL` or its translation (:func:`texts_in`)."""
+    return template.format(wheel_href=f"{to_root}{SITE_WHEELS}/{wheel}", wheel=wheel, wheels=SITE_WHEELS,
+                           pip_line=pip_line(wheel), zip_href=f"{to_root}{SITE_ZIP}", zip=SITE_ZIP)
 
 
-README = """# Attention from Scratch: learner kit
-
-This folder is all you need to work through the course: the chapter notebooks, the course's helper package
-(`attention_course`) and the reference outputs your notebook is compared with. It holds no solutions.
-
-## Install (once)
-
-Python 3.11 or newer (the course's NumPy needs it); nothing else. From this folder:
-
-```bash
-python3 -m venv .venv
-.venv/bin/pip install -r requirements.txt
-```
-
-(On Windows: `py -m venv .venv` then `.venv\\Scripts\\pip install -r requirements.txt`.) The requirements
-install PyTorch's CPU build{torch_note}.
-
-## Work
-
-```bash
-.venv/bin/jupyter lab chapters/
-```
-
-Open a chapter, run the set-up cell, and replace every `raise NotImplementedError()` with your code. The check
-cell under each exercise prints a ✓ per passed check; a failing check stops with a message naming the symptom.
-A notebook downloaded from the course's web pages runs too, once this kit is installed: open it with the same
-`.venv/bin/jupyter lab`.
-
-## Check your notebook against the reference
-
-Save your notebook, then:
-
-```bash
-.venv/bin/python -m attention_course check chapters/{example}/{example}.ipynb
-```
-
-It re-runs your notebook from the top on the CPU and compares every printed result with the reference outputs
-shipped in this kit (not with what your notebook stored: those are your own). It names each cell that differs,
-shows both texts and says which exercise to look at; it ends with `self-check passed` when everything matches.
-Grading runs more (hidden) checks than the ones you see, so a passing self-check is a good sign, not a grade.
-
-## Hand in
-
-In a class, your instructor says how (an upload of the saved `.ipynb`, or the class's nbgrader exchange).
-
-Chapters in this kit: {chapters}.
-"""
 
 
 def published(course: Course) -> tuple[list[Path], list[str]]:
-    """What a learner can read of the course, as (files, texts): every file of ``chapters/`` (every chapter's
-    release and what is released beside it: the book and the kit publish them; the self-check's reference outputs
-    are taken from them), every file of the learner package (what the kit's wheel ships and the grader imports),
-    the book's front page and the course's requirements; and the kit's own README. The grader treats a line of any
+    """What a learner can read of the course, as (files, texts): every file of ``chapters/`` and of the translated
+    releases' folders (every chapter's release and what is released beside it: the book and the kit publish them;
+    the self-check's reference outputs are taken from them), every file of the learner package (what the kit's
+    wheel ships and the grader imports), the book's front page and the course's requirements; and the kit's own
+    README in each language. The grader treats a line of any
     of them as known to every learner (autograder/learner_files.py, hidden runs)."""
-    roots = [course.chapters_dir, Path(attention_course.__file__).parent, course.root / "index.md",
-             course.root / "requirements.txt"]
+    roots = [course.chapters_dir, *(course.translated_chapters_dir(lang) for lang in translations.LANGUAGES),
+             Path(attention_course.__file__).parent, course.root / "index.md", course.root / "requirements.txt"]
     files = []
     for root in roots:
         if root.is_file():
@@ -180,7 +135,7 @@ def published(course: Course) -> tuple[list[Path], list[str]]:
         elif root.is_dir():
             files += sorted(p for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts
                             and p.suffix != ".pyc")
-    return files, [README]
+    return files, [kit_texts.README, *(texts_in(course, lang).readme for lang in translations.LANGUAGES)]
 
 
 def _learner_release(release: Path) -> dict:
@@ -207,8 +162,10 @@ def _can_build_here() -> bool:
     return (major, minor) >= (70, 1) or ((major, minor) >= (64, 0) and importlib.util.find_spec("wheel") is not None)
 
 
-def build_wheel(course: Course, references: dict[str, dict], out: Path) -> Path:
-    """``attention_course`` alone as a wheel, with the self-check's reference outputs as package data.
+def build_wheel(course: Course, references: dict[str, dict], out: Path, lang: str | None = None) -> Path:
+    """``attention_course`` alone as a wheel, with the self-check's reference outputs as package data, and for a kit
+    in another language than English the file that says so (``attention_course/kit_language``, which
+    :func:`attention_course.language.kit_language` reads: the learner's messages follow it).
 
     Built from a private copy with its own pyproject, so neither the repository's packaging (which also ships the
     grader, for the instructors' editable install) nor a stray file next to the package ends up in the kit."""
@@ -223,10 +180,14 @@ def build_wheel(course: Course, references: dict[str, dict], out: Path) -> Path:
     if references:  # a kit of no chapter has no reference folder to list
         packages.append("attention_course.reference")
         package_data["attention_course.reference"] = ["*.json"]
+    if lang:
+        package_data["attention_course"] = [*package_data.get("attention_course", []), KIT_LANGUAGE_FILE]
     with tempfile.TemporaryDirectory(prefix="kit-wheel-") as tmp:
         src = Path(tmp) / "src"
         shutil.copytree(course.root / "attention_course", src / "attention_course",
-                        ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "reference"))
+                        ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "reference", KIT_LANGUAGE_FILE))
+        if lang:
+            (src / "attention_course" / KIT_LANGUAGE_FILE).write_text(lang + "\n", encoding="utf-8")
         for chapter, ref in references.items():
             dest = src / "attention_course" / "reference" / f"{chapter}.json"
             dest.parent.mkdir(parents=True, exist_ok=True)
@@ -251,19 +212,53 @@ def build_wheel(course: Course, references: dict[str, dict], out: Path) -> Path:
     return wheels[0]
 
 
+@dataclass(frozen=True)
+class KitTexts:
+    """The texts the kit and the release add around the chapters, in one language (:mod:`autograder.kit_texts`),
+    with the English keys the language's ``kit.po`` did not translate (those read in English)."""
+
+    install: str  # the template of install_markdown
+    readme: str  # the template of the kit's README.md
+    torch_note: str  # the README's "from <index>"
+    untranslated: tuple[str, ...] = ()
+
+
+def texts_in(course: Course, lang: str | None) -> KitTexts:
+    """The kit's texts in ``lang`` (None: English) from ``locales/<lang>/LC_MESSAGES/kit.po``."""
+    if not lang:
+        return KitTexts(kit_texts.INSTALL, kit_texts.README, kit_texts.TORCH_NOTE)
+    translate = translations.lookup(course, translations.KIT_CATALOGUE, lang)
+    install, missing = notebook_text.translate_markdown(kit_texts.INSTALL, translate)
+    readme, more = notebook_text.translate_markdown(kit_texts.README, translate)
+    note = translate(kit_texts.TORCH_NOTE.strip())
+    missing += more + ([] if note else [kit_texts.TORCH_NOTE.strip()])
+    return KitTexts(install, readme, note or kit_texts.TORCH_NOTE, tuple(missing))
+
+
+def release_of(course: Course, chapter: str, lang: str | None) -> Path:
+    """The release a kit in ``lang`` ships: the English one, or the translated one (``chapters_zh/``)."""
+    return course.translated_release_notebook(chapter, lang) if lang else course.release_notebook(chapter)
+
+
 def build_kit(course: Course, out: Path, torch_index: str | None = CPU_TORCH_INDEX,
-              chapters: list[str] | None = None) -> Path:
+              chapters: list[str] | None = None, lang: str | None = None) -> Path:
+    """The kit in ``out``; ``lang`` (a gettext name, e.g. ``zh_CN``; None: English) picks its notebooks (the
+    translated releases, under the same ``chapters/<id>/`` paths as an English kit's), its README and the language
+    its messages default to. The self-check's reference outputs are the release's either way: a translated release
+    keeps the English one's outputs (tests/test_translations.py)."""
     from attention_course.selfcheck import reference_outputs
 
     out = Path(out)
     if out.exists() and any(out.iterdir()):
         raise SystemExit(f"kit: {out} is not empty (the kit is written into an empty or new folder)")
     chapters = chapters or course.chapters()
+    texts = texts_in(course, lang)
     references = {}
     for chapter in chapters:
-        release = course.release_notebook(chapter)
+        release = release_of(course, chapter, lang)
         if not release.is_file():
-            raise SystemExit(f"kit: {chapter} has not been released (python -m autograder release {chapter})")
+            raise SystemExit(f"kit: {chapter} has not been released{f' in {lang}' if lang else ''} "
+                             f"(python -m autograder release {'--lang ' + lang + ' ' if lang else ''}{chapter})")
         nb = _learner_release(release)
         _write_notebook(nb, out / "chapters" / chapter / release.name)
         for extra in release.parent.iterdir():  # data files released with the chapter, if any
@@ -271,13 +266,13 @@ def build_kit(course: Course, out: Path, torch_index: str | None = CPU_TORCH_IND
                 copy = shutil.copytree if extra.is_dir() else shutil.copy2
                 copy(extra, out / "chapters" / chapter / extra.name)
         references[chapter] = reference_outputs(nb)
-    wheel = build_wheel(course, references, out / "wheels")
+    wheel = build_wheel(course, references, out / "wheels", lang)
     pins = requirement_pins(course.root / "requirements.txt")
     (out / "requirements.txt").write_text(requirements_text(pins, wheel.name, torch_index))
-    note = f" from {torch_index}" if torch_index else ""
-    (out / "README.md").write_text(README.format(torch_note=note, example="03_scoring_functions"
-                                                 if "03_scoring_functions" in chapters else chapters[0],
-                                                 chapters=", ".join(chapters)))
+    note = texts.torch_note.format(torch_index=torch_index) if torch_index else ""
+    (out / "README.md").write_text(texts.readme.format(torch_note=note, example="03_scoring_functions"
+                                                       if "03_scoring_functions" in chapters else chapters[0],
+                                                       chapters=", ".join(chapters)), encoding="utf-8")
     return out
 
 
@@ -293,11 +288,12 @@ def _zip_folder(folder: Path, target: Path) -> None:
             archive.writestr(info, path.read_bytes())
 
 
-def build_site_files(course: Course, site: Path) -> list[Path]:
+def build_site_files(course: Course, site: Path, lang: str | None = None) -> list[Path]:
     """The kit as the book's site offers it, written into ``site`` (the built book's html folder): the wheel at
-    ``wheels/<wheel>`` and the whole kit at ``attention-kit.zip`` (PyTorch's CPU build in its requirements)."""
+    ``wheels/<wheel>`` and the whole kit at ``attention-kit.zip`` (PyTorch's CPU build in its requirements); in
+    ``lang`` (e.g. ``zh_CN``, for the Chinese edition's folder), or English."""
     with tempfile.TemporaryDirectory(prefix="site-kit-") as tmp:
-        folder = build_kit(course, Path(tmp) / SITE_ZIP.removesuffix(".zip"))
+        folder = build_kit(course, Path(tmp) / SITE_ZIP.removesuffix(".zip"), lang=lang)
         wheel = site / SITE_WHEELS / wheel_filename(course)
         wheel.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(folder / "wheels" / wheel.name, wheel)
@@ -312,13 +308,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--torch-index", default=CPU_TORCH_INDEX,
                         help=f"the package index for PyTorch in requirements.txt (default: the CPU build, "
                              f"{CPU_TORCH_INDEX}); 'none' leaves PyTorch to the default index")
+    parser.add_argument("--lang", default="en",
+                        help="the kit's language: en (default) or zh (its notebooks from chapters_zh/, its README, "
+                             "and the language of its checks and self-check unless ATTENTION_COURSE_LANG says "
+                             "otherwise)")
     parser.add_argument("chapters", nargs="*", help="chapter ids (default: all)")
     args = parser.parse_args(argv)
     course = Course(args.course) if args.course else Course()
     torch_index = None if args.torch_index.lower() == "none" else args.torch_index
-    out = build_kit(course, args.out, torch_index, args.chapters or None)
+    lang = None if args.lang.lower().startswith("en") else translations.language(args.lang)
+    texts = texts_in(course, lang)
+    if texts.untranslated:
+        print(f"kit: {len(texts.untranslated)} text(s) of the kit have no {lang} translation and read in English "
+              f"({translations.catalogue_path(course, translations.KIT_CATALOGUE, lang).relative_to(course.root)})",
+              file=sys.stderr)
+    out = build_kit(course, args.out, torch_index, args.chapters or None, lang)
     print(f"kit written to {out}: {len(list((out / 'chapters').iterdir()))} chapters, "
-          f"{next((out / 'wheels').glob('*.whl')).name}")
+          f"{next((out / 'wheels').glob('*.whl')).name}{f', in {lang}' if lang else ''}")
     return 0
 
 

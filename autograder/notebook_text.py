@@ -13,8 +13,8 @@ A unit is what a translator translates in one go, keyed in the catalogue by its 
   indentation is one unit (its lines joined by spaces), and a comment after code is a unit of its own.
 
 A unit with nothing to translate (no letter outside math, code spans, tags and link targets) is not extracted,
-nor is nbgrader's ``YOUR CODE HERE`` stub nor a tool directive (``noqa``...). The release's first and last cells
-(the kit cell, the maintainers' note) come from :mod:`autograder.kit`, not from the chapter, and are not units.
+nor is nbgrader's ``YOUR CODE HERE`` stub nor a tool directive (``noqa``...). Cells the caller names (the release's
+kit cell and maintainers' note, which :mod:`autograder.kit` writes, not the chapter) are left out.
 
 Parsing gives each cell as a list of segments, literal text and :class:`Unit` slots whose ``raw`` text, joined,
 is the cell's source byte for byte; :func:`apply_catalogue` joins them with each translated slot rendered instead,
@@ -29,13 +29,12 @@ import io
 import re
 import tokenize
 import unicodedata
+from collections import Counter
 from dataclasses import dataclass, field
 
 import nbformat
 
 from attention_course.cells import is_graded_test, nbgrader_meta
-
-from .kit import GENERATED_NOTE_ID, KIT_CELL_ID
 
 # nbgrader's code stub marker and tool directives: not prose, and tools or learners search for them verbatim.
 UNTRANSLATED_COMMENTS = re.compile(r"(YOUR CODE HERE|noqa\b|type:\s|pragma\b|fmt:\s|pylint:|isort:)")
@@ -50,6 +49,15 @@ LIST_ITEM = re.compile(r"^(\s*)([-*+]|(\d{1,9})[.)])([ \t]+)(\S.*)$")
 FENCE = re.compile(r"^(\s*)(`{3,}|~{3,})\s*(.*)$")
 QUOTE = re.compile(r"^(\s*>[ \t]?)(.*)$")
 TABLE_RULE = re.compile(r"^\s*\|?[\s:|-]+\|?\s*$")
+# What a translation keeps verbatim, taken out in this order (math first: a "<" or "{" inside it is math).
+PLACEHOLDERS = (
+    ("math", re.compile(r"\$\$.*?\$\$|\$[^$\n]*\$", re.S)),
+    ("code", re.compile(r"(`+)(?!`).*?(?<!`)\1(?!`)", re.S)),
+    ("link target", re.compile(r"(?<=\]\()[^)\s]*(?=\))")),
+    ("html tag", re.compile(r"</?[A-Za-z][^<>\n]*>")),
+    # {name}, {name.attr}, {name[key]}, {name!r}, {name:>8.3f}; not prose in braces ("{label: predictions}")
+    ("format field", re.compile(r"\{[A-Za-z_]\w*(?:\.\w+|\[\w+\])*(?:![rsa])?(?::[^{}\s]*)?\}")),
+)
 
 
 @dataclass
@@ -66,7 +74,9 @@ class Unit:
         lines = text.split("\n")
         if self.wrap:
             lines = [piece for line in lines for piece in wrapped(line, self.wrap)]
-        return self.joiner.join(lines)
+        # A blank line gets no indentation (no trailing blanks in a docstring), but keeps a quote's ">".
+        return lines[0] + "".join((self.joiner if line.strip() else self.joiner.rstrip(" \t")) + line
+                                  for line in lines[1:])
 
 
 Segment = str | Unit
@@ -84,6 +94,17 @@ class CellText:
 
     def units(self) -> list[Unit]:
         return [s for s in self.segments if isinstance(s, Unit)]
+
+
+def placeholders(text: str) -> Counter:
+    """What a translation must keep as it is, as a multiset: display and inline math, code spans, HTML tags, link
+    targets and Python format fields (``{name}``, outside math and code)."""
+    found: Counter = Counter()
+    rest = text
+    for kind, pattern in PLACEHOLDERS:
+        found.update((kind, m.group(0)) for m in pattern.finditer(rest))
+        rest = pattern.sub(" ", rest)
+    return found
 
 
 def has_prose(text: str) -> bool:
@@ -385,9 +406,7 @@ def translatable_code(cell) -> bool:
 
 
 def cell_text(index: int, cell) -> CellText | None:
-    """The segments of one release cell, or None for a cell that is not translated here."""
-    if cell.get("id") in (KIT_CELL_ID, GENERATED_NOTE_ID):
-        return None
+    """The segments of one release cell, or None for a cell that is not translated (a locked or graded one)."""
     if cell.cell_type == "markdown":
         return CellText(index, cell.get("id", ""), "markdown", "markdown", markdown_segments(cell.source.split("\n")))
     if translatable_code(cell):
@@ -397,8 +416,10 @@ def cell_text(index: int, cell) -> CellText | None:
     return None
 
 
-def notebook_text(nb) -> list[CellText]:
-    return [text for i, cell in enumerate(nb.cells) if (text := cell_text(i, cell)) is not None]
+def notebook_text(nb, skip: frozenset[str] = frozenset()) -> list[CellText]:
+    """The translatable cells of ``nb``, but those whose id is in ``skip``."""
+    return [text for i, cell in enumerate(nb.cells)
+            if cell.get("id") not in skip and (text := cell_text(i, cell)) is not None]
 
 
 @dataclass(frozen=True)
@@ -410,10 +431,10 @@ class Entry:
     context: str  # the extracted comment: "cell 6 (solution masked_softmax, masked-softmax): docstring"
 
 
-def entries(nb) -> list[Entry]:
+def entries(nb, skip: frozenset[str] = frozenset()) -> list[Entry]:
     """Every unit of ``nb`` with prose, in notebook order (a key may occur more than once)."""
     found = []
-    for text in notebook_text(nb):
+    for text in notebook_text(nb, skip):
         for unit in text.units():
             if unit.msgid and has_prose(unit.msgid):
                 found.append(Entry(unit.msgid, text.index,
@@ -433,18 +454,34 @@ def source_of(text: CellText, translate) -> str:
     return "".join(parts)
 
 
-def apply_catalogue(nb, translate) -> tuple[nbformat.NotebookNode, list[str]]:
-    """A copy of ``nb`` with every unit that ``translate(msgid) -> str | None`` answers translated, and the keys
-    it did not answer, in order (those units stay English)."""
-    out = copy.deepcopy(nb)
-    missing = []
-
+def recording(translate, missing: list[str]):
+    """``translate`` that also appends each key it cannot answer to ``missing``."""
     def lookup(msgid: str) -> str | None:
         found = translate(msgid)
         if not found:
             missing.append(msgid)
         return found
+    return lookup
 
-    for text in notebook_text(nb):
-        out.cells[text.index].source = source_of(text, lookup)
+
+def apply_catalogue(nb, translate, skip: frozenset[str] = frozenset()) -> tuple[nbformat.NotebookNode, list[str]]:
+    """A copy of ``nb`` with every unit that ``translate(msgid) -> str | None`` answers translated, and the keys
+    it did not answer, in order (those units stay English). Cells whose id is in ``skip`` are copied as they are."""
+    out = copy.deepcopy(nb)
+    missing: list[str] = []
+    for text in notebook_text(nb, skip):
+        out.cells[text.index].source = source_of(text, recording(translate, missing))
     return out, missing
+
+
+def markdown_units(text: str) -> list[Unit]:
+    """The units with prose of a Markdown text that is not a notebook (the kit's README, its install text)."""
+    return [u for u in CellText(0, "", "markdown", "markdown", markdown_segments(text.split("\n"))).units()
+            if u.msgid and has_prose(u.msgid)]
+
+
+def translate_markdown(text: str, translate) -> tuple[str, list[str]]:
+    """A Markdown text with every unit ``translate`` answers translated, and the keys it did not answer."""
+    missing: list[str] = []
+    cell = CellText(0, "", "markdown", "markdown", markdown_segments(text.split("\n")))
+    return source_of(cell, recording(translate, missing)), missing

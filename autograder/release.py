@@ -9,7 +9,9 @@ For each chapter:
    strips solutions and hidden tests, locks cells and registers the chapter in the gradebook;
 4. put "Get the course kit" first (:func:`autograder.kit.install_markdown`, a markdown cell without nbgrader
    metadata: a notebook downloaded from the book's page says what to install for it), mark the result as
-   generated and write it to ``chapters/<id>/<id>.ipynb``.
+   generated and write it to ``chapters/<id>/<id>.ipynb``;
+5. write the translated releases beside it (``chapters_zh/<id>/<id>.ipynb``: :mod:`autograder.translated_release`),
+   or only those with ``--lang zh`` (no notebook runs; what a translator does after editing a catalogue).
 """
 from __future__ import annotations
 
@@ -26,7 +28,7 @@ import nbformat
 from attention_course.cells import is_graded_test, is_solution
 from attention_course.expected import execute_notebook
 
-from . import kit, new_gradebook
+from . import kit, new_gradebook, translated_release, translations
 from .course import Course
 
 WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
@@ -125,11 +127,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--db", help="gradebook URL to register the chapters in (default: the course's)")
     parser.add_argument("--duedate", metavar="ISO", help="the released chapters' due date, e.g. 2026-12-01T23:59 "
                         "(UTC unless a zone is given); see `python -m autograder deadlines`")
+    parser.add_argument("--lang", help="only the release in this language (zh: chapters_zh/), from the committed "
+                        "English release and the chapter's catalogue: no notebook runs (after a translation)")
     args = parser.parse_args(argv)
     from .deadlines import parse_due, set_deadlines
 
-    due = parse_due(args.duedate) if args.duedate else None  # a bad date stops before any work
     course = Course()
+    if args.lang:
+        translated_release.write_all(course, args.chapters or course.chapters(), [translations.language(args.lang)])
+        return 0
+    due = parse_due(args.duedate) if args.duedate else None  # a bad date stops before any work
     course.grading.mkdir(exist_ok=True)
     released = generate(course, args.chapters or course.chapters(), args.out or course.chapters_dir,
                         args.db or course.db_url)
@@ -137,4 +144,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"released {chapter} -> {path.relative_to(course.root) if path.is_relative_to(course.root) else path}")
         if due is not None:  # nbgrader's Assignment.duedate, as `nbgrader db assignment add --duedate` sets it
             print("\n".join(set_deadlines(args.db or course.db_url, chapter, due)))
+    if args.out is None:  # the translated releases follow the course's own English ones (the issue's "beside")
+        translated_release.write_all(course, list(released))
     return 0

@@ -1,17 +1,21 @@
-"""``python -m autograder translations update|status``: the chapters' gettext catalogues (issue 45).
+"""``python -m autograder translations update|status``: the gettext catalogues of the chapters and the kit (issue 45).
 
 ``locales/<lang>/LC_MESSAGES/<chapter>.po`` holds the translation of each unit of the chapter's **English release**
 (``chapters/<chapter>/<chapter>.ipynb``, what a learner sees: :mod:`autograder.notebook_text` says what a unit is),
-keyed by its English text. ``update`` brings every catalogue in line with its release the way Babel's
-``update_catalog`` does: a new unit comes in untranslated, a unit whose English changed comes back *fuzzy* with
-its old translation and the old English (``#| msgid``) for the translator to compare, a unit that went away becomes
-obsolete (``#~``) and keeps its translation for reuse (an untranslated one is dropped). ``status`` counts, per catalogue, what is translated, fuzzy,
-untranslated and obsolete; ``--check`` makes either command exit 1 when something is out of line (CI's question:
-``update --check``, a catalogue whose keys differ from its release's units; ``status --check``, a catalogue that
-is not complete).
+keyed by its English text; ``kit.po`` holds the texts the release and the kit add around the chapters
+(:mod:`autograder.kit_texts`: "Get the course kit" and the kit's README). ``update`` brings every catalogue in line
+with its English the way Babel's ``update_catalog`` does: a new unit comes in untranslated, a unit whose English
+changed comes back *fuzzy* with its old translation and the old English (``#| msgid``) for the translator to
+compare, a unit that went away becomes obsolete (``#~``) and keeps its translation for reuse (an untranslated one
+is dropped). ``status`` counts, per catalogue, what is translated, fuzzy, untranslated and obsolete; ``--check``
+makes either command exit 1 when something is out of line (``update --check``: a catalogue whose keys differ from
+its English; ``status --check``: a catalogue that is not complete).
 
-A translator checks a file with ``msgfmt --check-format -o /dev/null FILE`` (gettext) or, for everything the course
-demands (complete, no fuzzy entry, placeholders kept), ``pytest tests/test_translations.py -m unit -k CHAPTER``.
+A fuzzy or empty entry is never used: the translated release shows the English of that unit
+(autograder/translated_release.py) and tests/test_translations.py fails until it is translated.
+
+A translator checks a file with ``msgfmt --check-format -o /dev/null FILE`` (gettext's syntax check) and
+``pytest tests/test_translations.py -m unit -k CHAPTER`` (complete, placeholders kept, release regenerated).
 """
 from __future__ import annotations
 
@@ -21,69 +25,103 @@ import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import nbformat
 from babel.messages.catalog import Catalog, Message
 from babel.messages.pofile import normalize, read_po, unescape, write_po
 
-from . import notebook_text
-from .course import COURSE_ID, Course
+from . import kit_texts, notebook_text
+from .course import COURSE_ID, TRANSLATED_CHAPTERS, Course
 
 LANGUAGES = {"zh_CN": "Chinese (Simplified) <https://github.com/attention-from-scratch>"}
 DEFAULT_LANGUAGE = "zh_CN"
+# What a user may type for a language (``--lang zh``), by the gettext name the catalogues use.
+LANGUAGE_NAMES = {"zh": "zh_CN", "zh_CN": "zh_CN", "zh-CN": "zh_CN", "zh_Hans": "zh_CN", "zh-Hans": "zh_CN"}
+KIT_CATALOGUE = "kit"  # the domain of kit_texts' translations
 HEADER = ("# {lang} translation of chapter {chapter} of Attention from scratch.\n"
           "# Its keys come from chapters/{chapter}/{chapter}.ipynb\n"
           "# (`python -m autograder translations update` keeps them in line).\n"
           "# Edit msgstr lines only; remove an entry's `fuzzy` flag once it is right again.\n"
           "# The terms: locales/{lang}/glossary.md. A location's number is the cell's index.\n"
           "#")
-# Babel guesses these from the English; our units are prose and markdown, not format strings.
-GUESSED_FLAGS = {"python-format", "python-brace-format"}
+KIT_HEADER = ("# {lang} translation of the texts the release and the kit add around the chapters\n"
+              "# (autograder/kit_texts.py): the first cell of every chapter and the kit's README.\n"
+              "# Keep every {{field}}: it is filled in after translation.\n"
+              "#")
 WIDTH = 100  # wider than gettext's 76: paragraphs of markdown wrap into fewer, easier-to-read lines
+
+Translate = Callable[[str], "str | None"]
+
+
+def language(name: str) -> str:
+    """The gettext language ``name`` means (``zh`` -> ``zh_CN``); SystemExit for one without catalogues."""
+    if name in LANGUAGE_NAMES and LANGUAGE_NAMES[name] in TRANSLATED_CHAPTERS:
+        return LANGUAGE_NAMES[name]
+    raise SystemExit(f"no translation into {name!r} (languages: {', '.join(sorted(LANGUAGE_NAMES))})")
 
 
 def catalogue_dir(course: Course, lang: str = DEFAULT_LANGUAGE) -> Path:
-    return course.root / "locales" / lang / "LC_MESSAGES"
+    return course.locales / lang / "LC_MESSAGES"
 
 
-def catalogue_path(course: Course, chapter: str, lang: str = DEFAULT_LANGUAGE) -> Path:
-    return catalogue_dir(course, lang) / f"{chapter}.po"
+def catalogue_path(course: Course, domain: str, lang: str = DEFAULT_LANGUAGE) -> Path:
+    """``locales/<lang>/LC_MESSAGES/<domain>.po``: ``domain`` is a chapter id or :data:`KIT_CATALOGUE`."""
+    return catalogue_dir(course, lang) / f"{domain}.po"
+
+
+def domains(course: Course) -> list[str]:
+    """The catalogues this module keeps: every chapter's and the kit's."""
+    return [*course.chapters(), KIT_CATALOGUE]
 
 
 def release_entries(course: Course, chapter: str) -> list[notebook_text.Entry]:
-    return notebook_text.entries(nbformat.read(course.release_notebook(chapter), as_version=4))
+    """The units of the chapter's English release (the cells the release adds are the kit catalogue's)."""
+    nb = nbformat.read(course.release_notebook(chapter), as_version=4)
+    return notebook_text.entries(nb, skip=kit_texts.ADDED_CELLS)
 
 
-def template(course: Course, chapter: str, lang: str = DEFAULT_LANGUAGE) -> Catalog:
-    """The chapter's units as an empty catalogue (what ``pybabel extract`` would write as a .pot)."""
-    catalog = new_catalogue(chapter, lang)
-    where = course.release_notebook(chapter).relative_to(course.root).as_posix()
-    for entry in release_entries(course, chapter):
+def kit_entries() -> list[notebook_text.Entry]:
+    return [notebook_text.Entry(unit.msgid, 0, f"{name}: {unit.kind}")
+            for name, text in (("Get the course kit (first cell of every chapter, the book's front page)",
+                                kit_texts.INSTALL),
+                               ("the kit's README.md", kit_texts.README),
+                               ("the kit's README.md, where PyTorch comes from (ends the sentence before it)",
+                                kit_texts.TORCH_NOTE))
+            for unit in notebook_text.markdown_units(text)]
+
+
+def template(course: Course, domain: str, lang: str = DEFAULT_LANGUAGE) -> Catalog:
+    """The units of a chapter's release, or of the kit's texts, as an empty catalogue (a .pot)."""
+    if domain == KIT_CATALOGUE:
+        catalog = new_catalogue(domain, lang, KIT_HEADER.format(lang=lang))
+        where, found = "autograder/kit_texts.py", kit_entries()
+    else:
+        catalog = new_catalogue(domain, lang, HEADER.format(lang=lang, chapter=domain))
+        where = course.release_notebook(domain).relative_to(course.root).as_posix()
+        found = release_entries(course, domain)
+    for entry in found:
+        location = (where, entry.cell or None)
         if entry.msgid in catalog:  # the same English twice: one translation, every place listed
             known = catalog[entry.msgid]
-            if (where, entry.cell) not in known.locations:
-                known.locations.append((where, entry.cell))
+            if location not in known.locations:
+                known.locations.append(location)
             if entry.context not in known.auto_comments:
                 known.auto_comments.append(entry.context)
         else:
-            catalog[entry.msgid] = plain_message(entry.msgid, locations=[(where, entry.cell)],
-                                                 auto_comments=[entry.context])
+            catalog[entry.msgid] = plain_message(entry.msgid, locations=[location], auto_comments=[entry.context])
     return catalog
 
 
 def plain_message(msgid: str, **kwargs) -> Message:
-    """A message without Babel's guessed format flags: a ``%`` in prose ("50% of") or braces in LaTeX
-    (``\\sqrt{d_k}``) are no format, and the flag would make ``msgfmt --check-format`` misjudge the translation
-    (tests/test_translations.py checks what must survive translation)."""
-    message = Message(msgid, **kwargs)
-    message.flags -= GUESSED_FLAGS
-    return message
+    """A catalogue entry as Babel makes it (with the format flags it guesses from the English, as every Babel-based
+    tool a translator uses does: our writes and theirs agree, so neither rewrites the other's file)."""
+    return Message(msgid, **kwargs)
 
 
-def new_catalogue(chapter: str, lang: str) -> Catalog:
-    return Catalog(locale=lang, domain=chapter, project=COURSE_ID, version="1",
-                   header_comment=HEADER.format(lang=lang, chapter=chapter), language_team=LANGUAGES.get(lang),
-                   fuzzy=False)
+def new_catalogue(domain: str, lang: str, header: str) -> Catalog:
+    return Catalog(locale=lang, domain=domain, project=COURSE_ID, version="1", header_comment=header,
+                   language_team=LANGUAGES.get(lang), fuzzy=False)
 
 
 def read_catalogue(path: Path) -> Catalog:
@@ -102,8 +140,6 @@ def read_catalogue(path: Path) -> Catalog:
 
 def po_bytes(catalog: Catalog) -> bytes:
     """The catalogue as a .po file, each fuzzy entry with the English it was translated from (``#| msgid``)."""
-    for message in catalog:
-        message.flags -= GUESSED_FLAGS
     out = io.BytesIO()
     # Not write_po's include_previous: Babel 2.19 wraps a long previous msgid as a comment, splitting its quoted
     # string across lines, which gettext's tools and Babel's own reader reject.
@@ -118,10 +154,22 @@ def po_bytes(catalog: Catalog) -> bytes:
     return text.encode("utf-8")
 
 
-def updated(course: Course, chapter: str, lang: str = DEFAULT_LANGUAGE) -> Catalog:
-    """The chapter's catalogue brought in line with its release (Babel's merge), without writing it."""
-    fresh = template(course, chapter, lang)
-    path = catalogue_path(course, chapter, lang)
+def translator(catalog: Catalog | None) -> Translate:
+    """``msgid -> translation`` from a catalogue's finished entries: a fuzzy or empty entry answers None."""
+    table = {m.id: m.string for m in catalog if m.id and m.string and not m.fuzzy} if catalog else {}
+    return table.get
+
+
+def lookup(course: Course, domain: str, lang: str) -> Translate:
+    """:func:`translator` of the catalogue ``domain`` in ``lang`` (one that answers nothing where there is none)."""
+    path = catalogue_path(course, domain, lang)
+    return translator(read_catalogue(path) if path.is_file() else None)
+
+
+def updated(course: Course, domain: str, lang: str = DEFAULT_LANGUAGE) -> Catalog:
+    """The catalogue brought in line with its English (Babel's merge), without writing it."""
+    fresh = template(course, domain, lang)
+    path = catalogue_path(course, domain, lang)
     if not path.is_file():
         return fresh
     catalog = read_catalogue(path)
@@ -135,11 +183,12 @@ def updated(course: Course, chapter: str, lang: str = DEFAULT_LANGUAGE) -> Catal
     return catalog
 
 
-def update(course: Course, chapter: str, lang: str = DEFAULT_LANGUAGE) -> bool:
-    """Write the updated catalogue of ``chapter``; whether its file changed."""
-    path = catalogue_path(course, chapter, lang)
-    data = po_bytes(updated(course, chapter, lang))
-    if path.is_file() and path.read_bytes() == data:
+def update(course: Course, domain: str, lang: str = DEFAULT_LANGUAGE) -> bool:
+    """Write the updated catalogue ``domain`` if the merge changed what it says (not merely how a translator's tool
+    laid it out: the file is theirs); whether it wrote."""
+    path = catalogue_path(course, domain, lang)
+    data = po_bytes(updated(course, domain, lang))
+    if path.is_file() and po_bytes(read_catalogue(path)) == data:
         return False
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(data)
@@ -157,6 +206,10 @@ class Counts:
     def complete(self) -> bool:
         return not (self.fuzzy or self.untranslated or self.obsolete)
 
+    def __str__(self) -> str:
+        return (f"{self.translated} translated, {self.fuzzy} fuzzy, {self.untranslated} untranslated, "
+                f"{self.obsolete} obsolete")
+
 
 def counts(catalog: Catalog) -> Counts:
     messages = [m for m in catalog if m.id]
@@ -165,47 +218,47 @@ def counts(catalog: Catalog) -> Counts:
     return Counts(len(messages) - fuzzy - untranslated, fuzzy, untranslated, len(catalog.obsolete))
 
 
-def stale_keys(course: Course, chapter: str, lang: str = DEFAULT_LANGUAGE) -> tuple[set[str], set[str]]:
-    """(units of the release the catalogue lacks, catalogue keys that are no unit of the release)."""
-    path = catalogue_path(course, chapter, lang)
+def stale_keys(course: Course, domain: str, lang: str = DEFAULT_LANGUAGE) -> tuple[set[str], set[str]]:
+    """(units of the English the catalogue lacks, catalogue keys that are no unit of the English)."""
+    path = catalogue_path(course, domain, lang)
     have = {m.id for m in read_catalogue(path) if m.id} if path.is_file() else set()
-    want = {e.msgid for e in release_entries(course, chapter)}
+    want = {m.id for m in template(course, domain, lang) if m.id}
     return want - have, have - want
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m autograder translations", description=__doc__.splitlines()[0])
     parser.add_argument("action", choices=("update", "status"))
-    parser.add_argument("chapters", nargs="*", help="chapter ids (default: all)")
-    parser.add_argument("--lang", default=DEFAULT_LANGUAGE, choices=sorted(LANGUAGES))
+    parser.add_argument("domains", nargs="*", metavar="CATALOGUE",
+                        help=f"chapter ids or {KIT_CATALOGUE!r} (default: every chapter and the kit)")
+    parser.add_argument("--lang", default=DEFAULT_LANGUAGE, help="the language (default: zh_CN)")
     parser.add_argument("--check", action="store_true",
                         help="write nothing; exit 1 if a catalogue is out of date (update) or incomplete (status)")
     args = parser.parse_args(argv)
+    lang = language(args.lang)
     course = Course()
-    chapters = args.chapters or course.chapters()
     failed = []
-    for chapter in chapters:
-        rel = catalogue_path(course, chapter, args.lang).relative_to(course.root)
+    for domain in args.domains or domains(course):
+        rel = catalogue_path(course, domain, lang).relative_to(course.root)
         if args.action == "update":
             if args.check:
-                missing, extra = stale_keys(course, chapter, args.lang)
+                missing, extra = stale_keys(course, domain, lang)
                 if missing or extra:
-                    failed.append(chapter)
-                    print(f"{rel}: {len(missing)} unit(s) of the release missing, {len(extra)} key(s) no longer "
+                    failed.append(domain)
+                    print(f"{rel}: {len(missing)} unit(s) of the English missing, {len(extra)} key(s) no longer "
                           "in it: run `python -m autograder translations update`")
             else:
-                print(f"{rel}: {'updated' if update(course, chapter, args.lang) else 'unchanged'}")
+                print(f"{rel}: {'updated' if update(course, domain, lang) else 'unchanged'}")
             continue
-        path = catalogue_path(course, chapter, args.lang)
+        path = catalogue_path(course, domain, lang)
         if not path.is_file():
-            failed.append(chapter)
-            print(f"{rel}: missing")
+            failed.append(domain)
+            print(f"{rel}: missing (python -m autograder translations update {domain})")
             continue
         c = counts(read_catalogue(path))
         if not c.complete:
-            failed.append(chapter)
-        print(f"{rel}: {c.translated} translated, {c.fuzzy} fuzzy, {c.untranslated} untranslated, "
-              f"{c.obsolete} obsolete{'' if c.complete else '  (incomplete)'}")
+            failed.append(domain)
+        print(f"{rel}: {c}{'' if c.complete else '  (incomplete)'}")
     return 1 if args.check and failed else 0
 
 
