@@ -25,7 +25,9 @@ import os
 from .cells import RECORD_MIME, cell_seed
 from .encoding import decode, encode
 from .kinds import REGISTRY, call_outcome, decide
+from .language import tr
 from .runtime import current_chapter, seed_everything
+from .verdicts import either
 
 
 class CheckFailed(AssertionError):
@@ -85,16 +87,17 @@ class Checks:
         if check_id in self._seen:
             raise ValueError(f"check id {check_id!r} used twice in cell {self.cell_id!r}")
         self._seen.add(check_id)
-        describe = describe or spec.describe.format(check_id=check_id, **params)
+        describe = describe or tr(spec.describe, check_id=check_id,
+                                  **{k: either(v) if k == "types" else v for k, v in params.items()})
         got_enc = encode(got)
         params_enc = {k: encode(v) if k == spec.expected else v for k, v in params.items()}
         record = {"cell": self.cell_id, "check": check_id, "kind": kind, "got": got_enc, "params": params_enc}
         if grading_mode() == "reference" and torch_device_type(got) == "meta":
             # A device audit: values do not exist on the meta device; only where results live is checked.
-            _emit(record, f"recorded: {describe}")
+            _emit(record, tr("recorded: {check}", check=describe))
             return
         if spec.needs_reference and grading_mode() in ("reference", "sandbox"):
-            _emit(record, f"recorded: {describe}")
+            _emit(record, tr("recorded: {check}", check=describe))
             return
         reference = None
         if spec.needs_reference:
@@ -120,7 +123,7 @@ class Checks:
         verdict = decide(kind, decode(got_enc), decoded_params, reference, like)
         _emit(record, ("✓ " if verdict.passed else "✗ ") + describe)
         if not verdict.passed:
-            raise CheckFailed(f"{describe}: {verdict.message}")
+            raise CheckFailed(tr("{check}: {problem}", check=describe, problem=verdict.message))
 
     def __getattr__(self, name: str):
         """A kind without a hand-written method below is still callable as ``check.<kind>(check_id, *args,
@@ -167,7 +170,7 @@ class Checks:
 
     def shape(self, check_id: str, got, shape, *, hint: str = "", describe: str | None = None) -> None:
         self._run(check_id, "shape", got, {"shape": [int(s) for s in shape], "hint": hint},
-                  describe or f"{check_id}: shape is {tuple(shape)}")
+                  describe or tr("{check_id}: shape is {shape}", check_id=check_id, shape=tuple(shape)))
 
     def finite(self, check_id: str, got, *, hint: str = "", describe: str | None = None) -> None:
         self._run(check_id, "finite", got, {"hint": hint}, describe)
@@ -181,4 +184,5 @@ class Checks:
         """Calling ``fn(*args, **kwargs)`` raises one of ``types`` whose message mentions ``match``."""
         names = [t.__name__ for t in types]
         self._run(check_id, "raises", call_outcome(fn, args, kwargs), {"types": names, "match": match, "hint": hint},
-                  describe or f"{check_id}: bad input is rejected with {' or '.join(names)}")
+                  describe or tr("{check_id}: bad input is rejected with {types}", check_id=check_id,
+                                 types=either(names)))

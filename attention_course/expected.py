@@ -27,6 +27,7 @@ from pathlib import Path
 
 from .cells import is_graded_run, is_graded_test, records_in
 from .encoding import decode
+from .language import tr
 
 
 def find_course_root(start: Path | None = None) -> Path | None:
@@ -156,12 +157,12 @@ _seeds: dict[str, dict[str, int]] = {}
 def _load(chapter: str | None) -> None:
     """Load the chapter's reference table and drawn seeds once, or RuntimeError saying why not."""
     if chapter is None:
-        raise RuntimeError("the setup cell has not run: run start_chapter(...) first")
+        raise RuntimeError(tr("the setup cell has not run: run start_chapter(...) first"))
     if chapter not in _loaded:
         root = find_course_root()
         if root is None or not solution_notebook(root, chapter).is_file():
-            raise RuntimeError("this is a hidden grading check: it needs the reference solutions, "
-                               "which only the grader has")
+            raise RuntimeError(tr("this is a hidden grading check: it needs the reference solutions, which only the "
+                                  "grader has"))
         prof = load_profile(root, chapter)
         _loaded[chapter], _seeds[chapter] = reference_table(prof), drawn_seeds(prof)
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from . import verdicts
+from .language import N_, tr
 from .verdicts import Verdict
 
 
@@ -26,7 +27,7 @@ class Kind:
     name: str
     args: tuple[str, ...]  # positional parameters after check_id; args[0] is the learner's value
     decide: Callable[[object, dict, object], Verdict]  # (learner value, parameters, reference value)
-    describe: str  # default description, formatted with the parameters
+    describe: str  # default description (English, marked with N_), translated and formatted with the parameters
     expected: str | None = None  # the argument holding the expected value, if any
     options: tuple[str, ...] = ()  # keyword parameters the verdict reads (besides hint)
     calls: bool = False  # the value is a function: extra positional/keyword arguments are its arguments
@@ -41,27 +42,27 @@ def _close(got, p, ref):
 
 def _matches_reference(got, p, ref):
     if ref is None:
-        return verdicts.Verdict(False, "internal error: no reference value for this check")
+        return verdicts.Verdict(False, tr("internal error: no reference value for this check"))
     return verdicts.compare(got, ref, p.get("rtol"), p.get("atol"), p.get("hint", ""), p.get("check_dtype", True))
 
 
 REGISTRY: dict[str, Kind] = {k.name: k for k in (
-    Kind("close", ("got", "want"), _close, "{check_id}: values match", expected="want",
+    Kind("close", ("got", "want"), _close, N_("{check_id}: values match"), expected="want",
          options=("rtol", "atol", "check_dtype")),
-    Kind("matches_reference", ("got",), _matches_reference, "{check_id}: matches the reference",
+    Kind("matches_reference", ("got",), _matches_reference, N_("{check_id}: matches the reference"),
          options=("rtol", "atol", "check_dtype"), needs_reference=True),
     Kind("equals", ("got", "want"), lambda got, p, ref: verdicts.equals(got, p["want"], p.get("hint", "")),
-         "{check_id}: the answer is right", expected="want"),
+         N_("{check_id}: the answer is right"), expected="want"),
     Kind("sums_to_one", ("weights",), lambda got, p, ref: verdicts.sums_to_one(got, p.get("dim", -1),
                                                                                  p.get("hint", "")),
-         "{check_id}: weights sum to 1 along dim {dim}", options=("dim",)),
+         N_("{check_id}: weights sum to 1 along dim {dim}"), options=("dim",)),
     Kind("shape", ("got", "shape"), lambda got, p, ref: verdicts.has_shape(got, p["shape"], p.get("hint", "")),
-         "{check_id}: shape is {shape}"),
+         N_("{check_id}: shape is {shape}")),
     Kind("finite", ("got",), lambda got, p, ref: verdicts.is_finite(got, p.get("hint", "")),
-         "{check_id}: no NaN or inf"),
-    Kind("true", ("condition",), lambda got, p, ref: verdicts.is_true(got, p.get("hint", "")), "{check_id}"),
+         N_("{check_id}: no NaN or inf")),
+    Kind("true", ("condition",), lambda got, p, ref: verdicts.is_true(got, p.get("hint", "")), N_("{check_id}")),
     Kind("raises", ("fn",), lambda got, p, ref: verdicts.raised(got, p["types"], p.get("match"), p.get("hint", "")),
-         "{check_id}: bad input is rejected with {types}", options=("types", "match"), calls=True),
+         N_("{check_id}: bad input is rejected with {types}"), options=("types", "match"), calls=True),
 )}
 
 
@@ -81,7 +82,7 @@ def decide(name: str, got, params: dict, reference=None, like=None) -> Verdict:
     """
     spec = REGISTRY.get(name)
     if spec is None:
-        return verdicts.Verdict(False, f"internal error: unknown check kind {name!r}")
+        return verdicts.Verdict(False, tr("internal error: unknown check kind {kind}", kind=repr(name)))
     if like is not None:
         problem = verdicts.form_problem(got, like)
         if problem is not None:

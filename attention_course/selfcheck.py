@@ -29,9 +29,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .cells import is_graded_test, is_solution
+from .language import tr
 
 PACKAGED_REFERENCE = Path(__file__).resolve().parent / "reference"
-_EXERCISE = re.compile(r"^#+\s*(Exercise\s+\d+\b.*?)\s*(?:\(\s*\d+(?:\.\d+)?\s*points?\s*\))?\s*$", re.M)
+# An exercise's heading, in an English or a Chinese release ("### Exercise 1: `kernel` (1 point)",
+# "### 练习 1：`kernel`（1 分）"), without its points.
+_EXERCISE = re.compile(r"^#+\s*((?:Exercise|练习)\s*\d+\b.*?)\s*(?:[(（]\s*\d+(?:\.\d+)?\s*(?:points?|分)\s*[)）])?\s*$",
+                       re.M)
 
 
 def _source(cell) -> str:
@@ -118,10 +122,11 @@ def find_reference(chapter: str, given: Path | None = None) -> dict:
         if path.is_file():
             ref = json.loads(path.read_text())
             if ref.get("chapter") != chapter:
-                raise SystemExit(f"{path} holds the reference outputs of {ref.get('chapter')}, not {chapter}")
+                raise SystemExit(tr("{path} holds the reference outputs of {other}, not {chapter}", path=path,
+                                    other=ref.get("chapter"), chapter=chapter))
             return ref
-    raise SystemExit(f"no reference outputs for {chapter}: install attention_course from the course kit "
-                     "(its README says how), or name them with --reference")
+    raise SystemExit(tr("no reference outputs for {chapter}: install attention_course from the course kit (its README "
+                        "says how), or name them with --reference", chapter=chapter))
 
 
 def merged_notebook(learner: dict, reference: dict) -> tuple[dict, list[str]]:
@@ -156,13 +161,13 @@ class Finding:
     error: str = ""
 
     def describe(self) -> str:
-        where = f"cell {self.cell_id} ({self.first_line.strip()[:60]})"
-        look = f"\n  look at: {self.exercise}" if self.exercise else ""
+        where = tr("cell {cell} ({first_line})", cell=self.cell_id, first_line=self.first_line.strip()[:60])
+        look = "\n  " + tr("look at: {exercise}", exercise=exercise_name(self.exercise)) if self.exercise else ""
         if self.kind == "differs":
-            return (f"{where} prints something else than the reference{look}\n"
-                    f"  the reference printed:\n{_indent(self.expected)}\n"
-                    f"  your notebook printed:\n{_indent(self.got)}")
-        return f"{where} raised an error{look}\n{_indent(self.error or '(no message)')}"
+            return (tr("{cell} prints something else than the reference", cell=where) + look + "\n  "
+                    + tr("the reference printed:") + f"\n{_indent(self.expected)}\n  "
+                    + tr("your notebook printed:") + f"\n{_indent(self.got)}")
+        return tr("{cell} raised an error", cell=where) + look + f"\n{_indent(self.error or tr('(no message)'))}"
 
 
 @dataclass
@@ -179,22 +184,35 @@ class Result:
     def report(self, name: str) -> str:
         lines = []
         for f in self.findings:
-            lines += [f"FAIL {f.describe()}", ""]
+            lines += [tr("FAIL {finding}", finding=f.describe()), ""]
         for cid in self.missing:
-            lines.append(f"FAIL cell {cid} of the release is missing from your notebook: copy it back from the kit's "
-                         "chapter notebook")
+            lines.append(tr("FAIL cell {cell} of the release is missing from your notebook: copy it back from the "
+                            "kit's chapter notebook", cell=cid))
         if self.passed:
-            lines.append(f"self-check passed: {name} prints what the reference prints in all {self.compared} "
-                         f"compared cells ({self.chapter})")
+            lines.append(tr("self-check passed: {name} prints what the reference prints in all {compared} compared "
+                            "cells ({chapter})", name=name, compared=self.compared, chapter=self.chapter))
         else:
             first = next((f.exercise for f in self.findings if f.exercise), None)
-            lines.append(f"self-check FAILED: {len(self.findings)} cell(s) of {name} differ from the reference"
-                         + (f"; start with {first}" if first else ""))
+            failed = tr("self-check FAILED: {count} cell(s) of {name} differ from the reference",
+                        count=len(self.findings), name=name)
+            lines.append(tr("{failed}; start with {exercise}", failed=failed, exercise=exercise_name(first))
+                         if first else failed)
         return "\n".join(lines)
 
 
+def exercise_name(text: str | None) -> str:
+    """An exercise as :func:`exercises` names it ("Exercise 2: the four scores", from the English release's heading),
+    with the word "Exercise" in the active language: the chapter's own title stays the release's text."""
+    match = re.match(r"Exercise\s+(\d+)\b:?\s*(.*)$", text or "", re.S)
+    if not match:
+        return text or ""
+    number, title = match.groups()
+    return tr("Exercise {number}: {title}", number=number, title=title) if title else tr("Exercise {number}",
+                                                                                           number=number)
+
+
 def _indent(text: str) -> str:
-    text = text.rstrip("\n") or "(nothing)"
+    text = text.rstrip("\n") or tr("(nothing)")
     return "\n".join("    " + line for line in text.splitlines())
 
 
@@ -214,7 +232,8 @@ def run_nbval(nb: dict, workdir: Path, timeout: int = 600) -> list[dict]:
            "-c", str(workdir / "pytest.ini"), str(path)]
     done = subprocess.run(cmd, cwd=workdir, env=env, capture_output=True, text=True)
     if not report.is_file():
-        raise SystemExit(f"nbval did not run (exit {done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-2000:]}")
+        raise SystemExit(tr("nbval did not run (exit {status}):", status=done.returncode)
+                         + f"\n{done.stdout[-3000:]}\n{done.stderr[-2000:]}")
     return json.loads(report.read_text())["cells"]
 
 
@@ -243,14 +262,16 @@ def check(notebook: Path, reference: Path | None = None, timeout: int = 600) -> 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m attention_course check",
-                                     description="Re-run a chapter notebook and compare it with the reference outputs.")
-    parser.add_argument("notebook", type=Path, help="your chapter notebook (run and saved, or not: it is re-run)")
+                                     description=tr("Re-run a chapter notebook and compare it with the reference "
+                                                    "outputs."))
+    parser.add_argument("notebook", type=Path,
+                        help=tr("your chapter notebook (run and saved, or not: it is re-run)"))
     parser.add_argument("--reference", type=Path, default=None,
-                        help="reference outputs: a <chapter>.json or a folder of them (default: the kit's)")
-    parser.add_argument("--timeout", type=int, default=600, help="seconds one cell may run (default 600)")
+                        help=tr("reference outputs: a <chapter>.json or a folder of them (default: the kit's)"))
+    parser.add_argument("--timeout", type=int, default=600, help=tr("seconds one cell may run (default 600)"))
     args = parser.parse_args(argv)
     if not args.notebook.is_file():
-        parser.error(f"no notebook {args.notebook}")
+        parser.error(tr("no notebook {path}", path=args.notebook))
     result = check(args.notebook, args.reference, args.timeout)
     print(result.report(args.notebook.name))
     return 0 if result.passed else 1

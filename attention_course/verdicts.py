@@ -58,6 +58,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .encoding import PYTHON_NAMES, SUBCLASS, DecodedTensor, Unsupported
+from .language import N_, tr
 
 # (rtol, atol) by dtype: float64 is held tight; float32 allows for a GPU's different summation order.
 TOLERANCES = {
@@ -95,7 +96,7 @@ def fail(message: str, hint: str = "", hidden: str | None = None) -> Verdict:
     """A failed verdict. ``hidden`` is the same sentence with every quote of the learner's value left out
     (``None``: the message quotes nothing of it)."""
     def with_hint(text: str) -> str:
-        return f"{text}. {hint}".strip() if hint else text
+        return tr("{message}. {hint}", message=text, hint=hint).strip() if hint else text
 
     return Verdict(False, with_hint(message), with_hint(message if hidden is None else hidden))
 
@@ -107,22 +108,22 @@ def fail(message: str, hint: str = "", hidden: str | None = None) -> Verdict:
 def shape_text(shape) -> str:
     shape = tuple(int(s) for s in shape)
     if len(shape) > SHOWN_DIMS:
-        return f"(more than {SHOWN_DIMS} dimensions)"
+        return tr("(more than {count} dimensions)", count=SHOWN_DIMS)
     dims = [str(d) if d <= SHOWN_MAX else f">{SHOWN_MAX}" for d in shape]
     return "(" + ", ".join(dims) + ("," if len(dims) == 1 else "") + ")"
 
 
 def count_text(n: int) -> str:
-    return str(int(n)) if n <= SHOWN_MAX else f"more than {SHOWN_MAX}"
+    return str(int(n)) if n <= SHOWN_MAX else tr("more than {count}", count=SHOWN_MAX)
 
 
 def number_text(x: float) -> str:
     if not math.isfinite(x):
-        return "not a finite number"
+        return tr("not a finite number")
     if abs(x) < 1e-3:
-        return "about 0"
+        return tr("about 0")
     if abs(x) >= 1e3:
-        return "more than 1000 in size"
+        return tr("more than 1000 in size")
     return f"{x:.3g}"
 
 
@@ -136,9 +137,10 @@ def _shape_exact(shape) -> str:
 # forms
 
 
-CATEGORY_NAMES = {"tensor": "a tensor", "array": "a NumPy array", "number": "a Python number",
-                  "bool": "a Python bool", "sequence": "a list or tuple", "str": "a string", "None": "None",
-                  "dict": "a dict"}
+# In English; a message shows them through tr (category_name).
+CATEGORY_NAMES = {"tensor": N_("a tensor"), "array": N_("a NumPy array"), "number": N_("a Python number"),
+                  "bool": N_("a Python bool"), "sequence": N_("a list or tuple"), "str": N_("a string"),
+                  "None": N_("None"), "dict": N_("a dict")}
 _FAMILIES = {"f": "float", "i": "int", "u": "int", "b": "bool", "c": "complex"}
 
 
@@ -171,16 +173,22 @@ def _category(value) -> str:
     return "unsupported"
 
 
+def category_name(category: str) -> str:
+    """A category of :data:`CATEGORY_NAMES` as a message names it, in the active language."""
+    return tr(CATEGORY_NAMES[category])
+
+
 def _what(value) -> str:
     """What a value is, in a fixed vocabulary (Python's own type names at most)."""
     category = _category(value)
     if category != "unsupported":
-        return CATEGORY_NAMES[category]
+        return category_name(category)
     if isinstance(value, Unsupported):
         if value.type_name == SUBCLASS:
-            return "a tensor subclass"
-        return f"a {value.type_name}"  # on the trusted side: one of our notes or Python's own names
-    return f"a {type(value).__name__}"
+            return tr("a tensor subclass")
+        # on the trusted side: one of our notes or Python's own names
+        return tr("a {type_name}", type_name=value.type_name)
+    return tr("a {type_name}", type_name=type(value).__name__)
 
 
 def _dtype_of(value) -> str:
@@ -190,12 +198,12 @@ def _dtype_of(value) -> str:
 def _not_tensor_problem(value) -> tuple[str, str] | None:
     """Why a tensor cannot be used at all (a subclass, the meta device), as (message, hidden message)."""
     if isinstance(value, Unsupported) and value.type_name == SUBCLASS:
-        return "got a tensor subclass; return a plain torch.Tensor", None
+        return tr("got a tensor subclass; return a plain torch.Tensor"), None
     if isinstance(value, DecodedTensor):
         if value.type_name not in ("Tensor", "Parameter"):
-            return "got a tensor subclass; return a plain torch.Tensor", None
+            return tr("got a tensor subclass; return a plain torch.Tensor"), None
         if value.device == "meta":
-            return "got a tensor on the meta device, which holds no values", None
+            return tr("got a tensor on the meta device, which holds no values"), None
     return None
 
 
@@ -212,26 +220,27 @@ def form_problem(got, like, depth: int = 0) -> Verdict | None:
     if c_like == "unsupported":  # the reference recorded something without a form (a function, say)
         return None
     if c_got != c_like:
-        return fail(f"expected {CATEGORY_NAMES[c_like]}, got {_what(got)}", hidden="the result has the wrong type")
+        return fail(tr("expected {wanted}, got {got}", wanted=category_name(c_like), got=_what(got)),
+                    hidden=tr("the result has the wrong type"))
     if c_like in ("tensor", "array"):
         if isinstance(like, DecodedTensor) and like.device == "meta":
             return None
         if tuple(got.shape) != tuple(like.shape):
-            return fail(f"result has shape {shape_text(got.shape)} but should have shape {_shape_exact(like.shape)}",
-                        hidden="the result has the wrong shape")
+            return fail(tr("result has shape {got} but should have shape {wanted}", got=shape_text(got.shape),
+                           wanted=_shape_exact(like.shape)), hidden=tr("the result has the wrong shape"))
         if _family(_dtype_of(got)) != _family(_dtype_of(like)):
-            return fail(f"result has dtype {_dtype_of(got)} but should have a {_family(_dtype_of(like))} dtype",
-                        hidden="the result has the wrong dtype")
+            return fail(tr("result has dtype {got} but should have a {family} dtype", got=_dtype_of(got),
+                           family=_family(_dtype_of(like))), hidden=tr("the result has the wrong dtype"))
     if c_like == "sequence":
         if len(got) != len(like):
-            return fail(f"result has {count_text(len(got))} items but should have {len(like)}",
-                        hidden="the result has the wrong number of items")
+            return fail(tr("result has {got} items but should have {wanted}", got=count_text(len(got)),
+                           wanted=len(like)), hidden=tr("the result has the wrong number of items"))
         if depth < 32:
             for g, w in zip(got, like):
                 problem = form_problem(g, w, depth + 1)
                 if problem:
-                    return fail(f"an item of the result: {problem.message}",
-                                hidden=f"an item of the result: {problem.hidden_message}")
+                    return fail(tr("an item of the result: {problem}", problem=problem.message),
+                                hidden=tr("an item of the result: {problem}", problem=problem.hidden_message))
     return None
 
 
@@ -254,12 +263,15 @@ def _as_numbers(value):
 def _symptom(got: np.ndarray, want: np.ndarray, bad: np.ndarray) -> tuple[str, str]:
     """Why two arrays of the same shape differ, in words a learner can act on: (message, hidden message)."""
     n_bad, n = int(bad.sum()), bad.size
-    base = f"{count_text(n_bad)} of {count_text(n)} values are wrong"
-    hidden = "all values are wrong" if n_bad == n else "some values are wrong"
+    base = tr("{wrong} of {total} values are wrong", wrong=count_text(n_bad), total=count_text(n))
+    hidden = tr("all values are wrong") if n_bad == n else tr("some values are wrong")
+
+    def both(more: str) -> tuple[str, str]:  # the symptom after the count, in both messages
+        return tr(more, problem=base), tr(more, problem=hidden)
+
     if got.ndim >= 2 and got.shape[-1] == got.shape[-2]:
         if np.allclose(np.swapaxes(got, -1, -2), want, rtol=1e-4, atol=1e-6):
-            more = "; the result looks transposed (rows and columns swapped)"
-            return base + more, hidden + more
+            return both(N_("{problem}; the result looks transposed (rows and columns swapped)"))
     nz = np.abs(want) > 1e-12
     if nz.any():
         with np.errstate(all="ignore"):
@@ -267,35 +279,34 @@ def _symptom(got: np.ndarray, want: np.ndarray, bad: np.ndarray) -> tuple[str, s
         factor = ratio.flat[0]
         if (np.all(np.isfinite(ratio)) and np.allclose(ratio, factor, rtol=1e-3) and abs(factor - 1) > 1e-3
                 and abs(factor) > 1e-6):
-            return (base + f"; every value is off by the same factor ({number_text(float(factor))}): check the scaling",
-                    hidden + "; every value is off by the same factor: check the scaling")
+            return (tr("{problem}; every value is off by the same factor ({factor}): check the scaling", problem=base,
+                       factor=number_text(float(factor))),
+                    tr("{problem}; every value is off by the same factor: check the scaling", problem=hidden))
     if not np.any(got):
-        more = "; the result is all zeros (or all False)"
-        return base + more, hidden + more
+        return both(N_("{problem}; the result is all zeros (or all False)"))
     if got.ndim >= 1 and want.ndim >= 1:
         want_rows, got_rows = want.sum(-1), got.sum(-1)
         if np.allclose(want_rows, 1.0, atol=1e-4) and not np.allclose(got_rows, 1.0, atol=1e-4):
-            more = "; rows should sum to 1 but do not: check the softmax axis"
-            return base + more, hidden + more
+            return both(N_("{problem}; rows should sum to 1 but do not: check the softmax axis"))
         if np.allclose(want_rows, got_rows, rtol=1e-4, atol=1e-5) and got.ndim >= 2:
-            more = "; each row has the right total but the wrong distribution"
-            return base + more, hidden + more
+            return both(N_("{problem}; each row has the right total but the wrong distribution"))
     if n_bad and np.all(want[bad] == 0):
-        more = "; only entries that should be exactly 0 are wrong: is the mask applied?"
-        return base + more, hidden + more
+        return both(N_("{problem}; only entries that should be exactly 0 are wrong: is the mask applied?"))
     return base, hidden
 
 
-def _numeric_problem(got, what: str = "a tensor or a number", empty_ok: bool = False) -> Verdict | None:
+def _numeric_problem(got, what: str = N_("a tensor or a number"), empty_ok: bool = False) -> Verdict | None:
     """A property check's value must be numbers: a tensor, an array or a Python number (not a bool), and
     hold at least one value (unless the check's own expected form is empty)."""
     broken = _not_tensor_problem(got)
     if broken:
         return fail(broken[0])
     if _category(got) not in ("tensor", "array", "number"):
-        return fail(f"expected {what}, got {_what(got)}", hidden="the result has the wrong type")
+        return fail(tr("expected {wanted}, got {got}", wanted=tr(what), got=_what(got)),
+                    hidden=tr("the result has the wrong type"))
     if not empty_ok and _category(got) != "number" and math.prod(got.shape) == 0:
-        return fail(f"got an empty result of shape {shape_text(got.shape)}", hidden="got an empty result")
+        return fail(tr("got an empty result of shape {got}", got=shape_text(got.shape)),
+                    hidden=tr("got an empty result"))
     return None
 
 
@@ -303,13 +314,13 @@ def compare(got, want, rtol: float | None = None, atol: float | None = None, hin
             check_dtype: bool = True) -> Verdict:
     """Is ``got`` numerically ``want`` (form, dtype, NaN pattern, values)? See "The form rule"."""
     if _category(want) not in ("tensor", "array", "number", "sequence") or _as_numbers(want)[0] is None:
-        return fail("internal error: expected value is unusable")  # the test, not the learner, is wrong
+        return fail(tr("internal error: expected value is unusable"))  # the test, not the learner, is wrong
     if _category(want) == "number" and _category(got) in ("tensor", "array"):
         # every entry equals ``want``: a non-empty tensor of numbers
         problem = _numeric_problem(got)
         if problem is None and _family(_dtype_of(got)) not in ("float", "int"):
-            problem = fail(f"result has dtype {_dtype_of(got)} but should hold numbers",
-                           hidden="the result has the wrong dtype")
+            problem = fail(tr("result has dtype {got} but should hold numbers", got=_dtype_of(got)),
+                           hidden=tr("the result has the wrong dtype"))
     else:
         problem = form_problem(got, want)
     if problem:
@@ -317,12 +328,12 @@ def compare(got, want, rtol: float | None = None, atol: float | None = None, hin
     g, g_dtype = _as_numbers(got)
     w, w_dtype = _as_numbers(want)
     if g is None:
-        return fail("got a nested sequence that is not a rectangular array of numbers", hint)
+        return fail(tr("got a nested sequence that is not a rectangular array of numbers"), hint)
     if g.shape != np.broadcast_shapes(g.shape, w.shape):  # forms agree, so only a malformed nesting gets here
-        return fail("got a nested sequence that is not a rectangular array of numbers", hint)
+        return fail(tr("got a nested sequence that is not a rectangular array of numbers"), hint)
     if check_dtype and w_dtype != "python" and g_dtype != w_dtype:
-        return fail(f"result has dtype {g_dtype} but should have dtype {w_dtype} (keep the inputs' dtype)", hint,
-                    "the result has the wrong dtype (keep the inputs' dtype)")
+        return fail(tr("result has dtype {got} but should have dtype {wanted} (keep the inputs' dtype)", got=g_dtype,
+                       wanted=w_dtype), hint, tr("the result has the wrong dtype (keep the inputs' dtype)"))
     dtype = w_dtype if w_dtype in TOLERANCES else (g_dtype if g_dtype in TOLERANCES else "float64")
     d_rtol, d_atol = TOLERANCES.get(dtype, TOLERANCES["float64"])
     rtol = d_rtol if rtol is None else rtol
@@ -330,11 +341,11 @@ def compare(got, want, rtol: float | None = None, atol: float | None = None, hin
     wb = np.broadcast_to(w, g.shape)
     g_nan, w_nan = np.isnan(g), np.isnan(wb)
     if g_nan.any() and not w_nan.any():
-        return fail(f"result contains NaN in {count_text(int(g_nan.sum()))} of {count_text(g.size)} places (an "
-                    "empty row, an overflow, or 0/0?)", hint,
-                     "result contains NaN in some places (an empty row, an overflow, or 0/0?)")
+        return fail(tr("result contains NaN in {nans} of {total} places (an empty row, an overflow, or 0/0?)",
+                       nans=count_text(int(g_nan.sum())), total=count_text(g.size)), hint,
+                    tr("result contains NaN in some places (an empty row, an overflow, or 0/0?)"))
     if np.isinf(g).any() and not np.isinf(wb).any():
-        return fail("result contains inf: something overflowed (subtract the maximum before exp?)", hint)
+        return fail(tr("result contains inf: something overflowed (subtract the maximum before exp?)"), hint)
     ok = np.isclose(g, wb, rtol=rtol, atol=atol, equal_nan=True)
     if ok.all():
         return PASS
@@ -343,43 +354,46 @@ def compare(got, want, rtol: float | None = None, atol: float | None = None, hin
 
 
 def sums_to_one(got, dim: int = -1, hint: str = "") -> Verdict:
-    problem = _numeric_problem(got, "a tensor of weights")
+    problem = _numeric_problem(got, N_("a tensor of weights"))
     if problem:
         return fail(problem.message, hint, problem.hidden_message)
     if _category(got) == "number" or len(got.shape) == 0:
-        return fail("got a scalar where a tensor of weights was expected", hint)
+        return fail(tr("got a scalar where a tensor of weights was expected"), hint)
     if _family(_dtype_of(got)) != "float":
-        return fail(f"weights have dtype {_dtype_of(got)}; weights are floating-point numbers", hint,
-                    "the weights have the wrong dtype")
+        return fail(tr("weights have dtype {got}; weights are floating-point numbers", got=_dtype_of(got)), hint,
+                    tr("the weights have the wrong dtype"))
     g, _ = _as_numbers(got)
     if not -g.ndim <= dim < g.ndim:
-        return fail(f"weights have no axis {dim}", hint, "the weights have too few dimensions")
+        return fail(tr("weights have no axis {dim}", dim=dim), hint, tr("the weights have too few dimensions"))
     if np.isnan(g).any():
-        return fail("weights contain NaN", hint)
+        return fail(tr("weights contain NaN"), hint)
     totals = g.sum(axis=dim)
     if np.allclose(totals, 1.0, rtol=1e-4, atol=1e-5):
         if (g < -1e-7).any():
-            return fail("weights sum to 1 but some are negative", hint)
+            return fail(tr("weights sum to 1 but some are negative"), hint)
         return PASS
     other = [ax for ax in range(g.ndim) if ax != dim % g.ndim]
     for ax in other:
         if np.allclose(g.sum(axis=ax), 1.0, rtol=1e-4, atol=1e-5):
-            return fail(f"weights sum to 1 along axis {ax - g.ndim} instead of axis {dim}: "
-                        "softmax was taken over the wrong axis", hint,
-                        f"weights sum to 1 along another axis than axis {dim}: softmax was taken over the wrong axis")
-    return fail(f"weights along axis {dim} must sum to 1 (they do not)", hint)
+            return fail(tr("weights sum to 1 along axis {axis} instead of axis {dim}: softmax was taken over the "
+                           "wrong axis", axis=ax - g.ndim, dim=dim), hint,
+                        tr("weights sum to 1 along another axis than axis {dim}: softmax was taken over the wrong axis",
+                           dim=dim))
+    return fail(tr("weights along axis {dim} must sum to 1 (they do not)", dim=dim), hint)
 
 
 def has_shape(got, shape, hint: str = "") -> Verdict:
     broken = _not_tensor_problem(got)
-    if broken and "meta" not in broken[0]:  # where a result lives is all a shape check needs
+    on_meta = isinstance(got, DecodedTensor) and got.type_name in ("Tensor", "Parameter") and got.device == "meta"
+    if broken and not on_meta:  # where a result lives is all a shape check needs
         return fail(broken[0], hint)
     if _category(got) not in ("tensor", "array"):
-        return fail(f"expected a tensor, got {_what(got)}", hint, "the result has the wrong type")
+        return fail(tr("expected {wanted}, got {got}", wanted=category_name("tensor"), got=_what(got)), hint,
+                    tr("the result has the wrong type"))
     want = tuple(int(s) for s in shape)
     if tuple(got.shape) != want:
-        return fail(f"result has shape {shape_text(got.shape)} but should have shape {_shape_exact(want)}", hint,
-                    "the result has the wrong shape")
+        return fail(tr("result has shape {got} but should have shape {wanted}", got=shape_text(got.shape),
+                       wanted=_shape_exact(want)), hint, tr("the result has the wrong shape"))
     return PASS
 
 
@@ -389,14 +403,14 @@ def is_finite(got, hint: str = "") -> Verdict:
         return fail(problem.message, hint, problem.hidden_message)
     if _category(got) != "number" and _family(_dtype_of(got)) not in ("float", "complex"):
         # only floating-point numbers can be NaN or inf: an int or bool result says nothing (and is not one)
-        return fail(f"result has dtype {_dtype_of(got)} but should hold floating-point numbers", hint,
-                    "the result has the wrong dtype")
+        return fail(tr("result has dtype {got} but should hold floating-point numbers", got=_dtype_of(got)), hint,
+                    tr("the result has the wrong dtype"))
     g, _ = _as_numbers(got)
     if np.isnan(g).any():
-        return fail(f"result contains NaN in {count_text(int(np.isnan(g).sum()))} of {count_text(g.size)} places",
-                    hint, "result contains NaN in some places")
+        return fail(tr("result contains NaN in {nans} of {total} places", nans=count_text(int(np.isnan(g).sum())),
+                       total=count_text(g.size)), hint, tr("result contains NaN in some places"))
     if np.isinf(g).any():
-        return fail("result contains inf", hint)
+        return fail(tr("result contains inf"), hint)
     return PASS
 
 
@@ -406,41 +420,52 @@ def equals(got, want, hint: str = "") -> Verdict:
     Ints and floats compare by value; anything else must have ``want``'s type. The message never says what
     ``want`` is (a hidden yes/no answer is one bit: naming it would give it away).
     """
-    wanted = "a plain Python " + type(want).__name__
+    wanted = tr("a plain Python {type_name}", type_name=type(want).__name__)
     if type(got) not in (bool, int, float, str, type(None)):
-        return fail(f"expected {wanted}, got {'a tensor' if isinstance(got, DecodedTensor) else _what(got)}", hint,
-                    "the result has the wrong type")
+        what = category_name("tensor") if isinstance(got, DecodedTensor) else _what(got)
+        return fail(tr("expected {wanted}, got {got}", wanted=wanted, got=what), hint,
+                    tr("the result has the wrong type"))
     numbers = (int, float)
     if type(got) is type(want) or (type(got) in numbers and type(want) in numbers):
-        return PASS if got == want else fail("the answer is wrong", hint)
-    return fail(f"expected {wanted}, got {type(got).__name__}", hint, "the result has the wrong type")
+        return PASS if got == want else fail(tr("the answer is wrong"), hint)
+    return fail(tr("expected {wanted}, got {got}", wanted=wanted, got=type(got).__name__), hint,
+                tr("the result has the wrong type"))
 
 
 def is_true(got, hint: str = "") -> Verdict:
     if got is True:
         return PASS
     if got is False:
-        return fail("condition does not hold", hint)
-    return fail(f"expected a plain True/False, got {_what(got)}", hint, "expected a plain True/False")
+        return fail(tr("condition does not hold"), hint)
+    return fail(tr("expected a plain True/False, got {got}", got=_what(got)), hint, tr("expected a plain True/False"))
+
+
+def either(names) -> str:
+    """``A or B or C`` in the active language."""
+    names = [str(n) for n in names]
+    text = names[0] if names else ""
+    for name in names[1:]:
+        text = tr("{first} or {second}", first=text, second=name)
+    return text
 
 
 def raised(got, expected_types, match: str | None = None, hint: str = "") -> Verdict:
     """``got`` is the recorded outcome: ``{"raised": type name or None, "message": str}``."""
     if not isinstance(got, dict):
-        return fail("no outcome was recorded", hint)
+        return fail(tr("no outcome was recorded"), hint)
     name, message = got.get("raised"), got.get("message", "")
     message = message if isinstance(message, str) else ""
-    wanted = " or ".join(expected_types)
+    wanted = either(expected_types)
     if name is not None and not isinstance(name, str):
-        return fail("no outcome was recorded", hint)
+        return fail(tr("no outcome was recorded"), hint)
     if name is not None and name not in PYTHON_NAMES and name not in expected_types:
-        name = "an exception of its own class"  # a learner's class name is text the learner chose: never shown
+        name = tr("an exception of its own class")  # a learner's class name is text the learner chose: never shown
     if name is None:
-        return fail(f"bad input was accepted silently; raise {wanted} with a clear message", hint)
+        return fail(tr("bad input was accepted silently; raise {wanted} with a clear message", wanted=wanted), hint)
     if name not in expected_types:
-        shown = name if name in HIDDEN_EXCEPTION_NAMES else "another exception"
-        return fail(f"bad input raised {name}; raise {wanted} with a message that names the problem", hint,
-                    f"bad input raised {shown}; raise {wanted} with a message that names the problem")
+        shown = name if name in HIDDEN_EXCEPTION_NAMES else tr("another exception")
+        sentence = N_("bad input raised {name}; raise {wanted} with a message that names the problem")
+        return fail(tr(sentence, name=name, wanted=wanted), hint, tr(sentence, name=shown, wanted=wanted))
     if match and match.lower() not in message.lower():
-        return fail(f"the {name} message should mention '{match}'", hint)
+        return fail(tr("the {name} message should mention '{match}'", name=name, match=match), hint)
     return PASS

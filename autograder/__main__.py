@@ -17,6 +17,9 @@
 - ``translations update|status [CHAPTER...] [--check]``: the chapters' Chinese catalogues
   (``locales/zh_CN/LC_MESSAGES/<chapter>.po``) brought in line with the English releases, or their progress
   (see ``autograder/translations.py``).
+- ``messages update|compile|status [--check]``: the catalogues of the course's own messages (check messages,
+  self-check, feedback pages, class report: ``locales/zh_CN/LC_MESSAGES/attention_course.po`` and ``autograder.po``)
+  brought in line with the code, compiled into the learner package, or their progress (``autograder/messages.py``).
 - ``mutants [CHAPTER...]``: the mutation score of every graded function's hidden tests.
 - ``similarity [CHAPTER...]``: submissions that look copied, from the gradebook's submitted notebooks.
 - ``deadlines CHAPTER [--due ISO] [--extend STUDENT=HOURS]``: a chapter's due date and learners' extensions
@@ -109,7 +112,7 @@ def main(argv: list[str]) -> int:
 
         return export_main(rest)
     # Each of these commands is owned by the module of the same name (its docstring says what it does).
-    if command in ("kit", "mutants", "similarity", "deadlines", "translations"):
+    if command in ("kit", "mutants", "similarity", "deadlines", "translations", "messages"):
         import importlib
 
         return importlib.import_module(f".{command}", __package__).main(rest)

@@ -19,6 +19,8 @@ import traceback
 from dataclasses import asdict
 from pathlib import Path
 
+from attention_course.language import speaking
+
 from .atomic_files import write_atomic_bytes
 from .course import Course
 from .digests import framed_sha256
@@ -51,6 +53,11 @@ def close_engine(engine) -> None:
 
 
 def _grade_with(engine, task: Task, submission: Path) -> GradingResult:
+    with speaking(getattr(engine, "language", None)):  # the class's (the engine's course's), English without one
+        return _grade_in_language(engine, task, submission)
+
+
+def _grade_in_language(engine, task: Task, submission: Path) -> GradingResult:
     started = time.perf_counter()
     try:
         result = engine.grade(task.chapter, submission, task.student)

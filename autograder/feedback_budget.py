@@ -19,7 +19,10 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from attention_course.language import N_
+
 from .atomic_files import append_line, read_records
+from .class_language import tr
 from .course import Course
 
 JOURNAL = Path("serve") / "feedback.jsonl"
@@ -34,12 +37,15 @@ class Budget:
 
     def describe(self) -> str:
         if self.count is None:
-            return "no limit"
-        for unit, seconds in (("hour", 3600), ("minute", 60), ("second", 1)):
+            return tr("no limit")
+        units = ((3600, N_("{count} per chapter per hour"), N_("{count} per chapter per {n} hours")),
+                 (60, N_("{count} per chapter per minute"), N_("{count} per chapter per {n} minutes")),
+                 (1, N_("{count} per chapter per second"), N_("{count} per chapter per {n} seconds")))
+        for seconds, one, many in units:
             if self.per_s % seconds == 0:
                 n = self.per_s / seconds
-                return f"{self.count} per chapter per " + (unit if n == 1 else f"{n:g} {unit}s")
-        return f"{self.count} per chapter per {self.per_s:g} seconds"
+                return tr(one, count=self.count) if n == 1 else tr(many, count=self.count, n=f"{n:g}")
+        return tr("{count} per chapter per {n} seconds", count=self.count, n=f"{self.per_s:g}")
 
 
 @dataclass(frozen=True)
@@ -111,7 +117,7 @@ def decide(budget: Budget, journal: Journal, student: str, chapter: str, now: _d
         return Decision(True, len(recent), reason="the due date has passed")
     # The window frees one place when the oldest release that keeps it full leaves it.
     until = recent[len(recent) - budget.count] + window
-    reason = "The feedback budget is used up for now."
+    reason = N_("The feedback budget is used up for now.")  # in English: the held page shows it translated
     if due is not None and due < until:
-        until, reason = due, "It is graded at the chapter's due date."
+        until, reason = due, N_("It is graded at the chapter's due date.")
     return Decision(False, len(recent), until, reason)

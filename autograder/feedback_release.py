@@ -25,6 +25,7 @@ from nbgrader.utils import notebook_hash
 
 from . import learner_files
 from .atomic_files import write_atomic_bytes
+from .class_language import page_language, tr
 from .course import COURSE_ID
 
 # The mode nbgrader's release_feedback leaves on a page (its copy inherits the source's 0644): the learner's fetch
@@ -67,12 +68,17 @@ def graded_page(course_grading: Path, student: str, chapter: str) -> bytes | Non
 def held_page(chapter: str, arrived: str, used: int, budget: str, until: _dt.datetime, reason: str) -> bytes:
     """The notice a held submission's learner fetches: when it arrived, why it waits, and until when (UTC)."""
     when = f"{until:%Y-%m-%d %H:%M} UTC"
-    text = (f"<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>{html.escape(chapter)}: feedback later"
-            f"</title></head>\n<body>\n<h1>{html.escape(chapter)}: your submission is kept</h1>\n"
-            f"<p>Your submission arrived {html.escape(arrived or 'at the exchange')}.</p>\n"
-            f"<p>{html.escape(reason)} You have had {used} graded feedback page(s) for this chapter within the "
-            f"course's budget of {html.escape(budget)}.</p>\n"
-            f"<p>It will be graded at about <strong>{html.escape(when)}</strong>; fetch feedback again after that "
-            f"time and this page is replaced by your graded feedback. A newer submission before then takes its "
-            f"place.</p>\n</body></html>\n")
+    esc = html.escape
+    # Written in the class's language (the caller's attention_course.language.speaking); ``reason`` is one of
+    # feedback_budget's sentences, in English.
+    text = (f"<!DOCTYPE html>\n<html lang=\"{page_language()}\"><head><meta charset=\"utf-8\"><title>"
+            + esc(tr("{chapter}: feedback later", chapter=chapter)) + "</title></head>\n<body>\n<h1>"
+            + esc(tr("{chapter}: your submission is kept", chapter=chapter)) + "</h1>\n<p>"
+            + (esc(tr("Your submission arrived {arrived}.", arrived=arrived)) if arrived
+               else esc(tr("Your submission arrived at the exchange."))) + "</p>\n<p>"
+            + esc(tr(reason)) + " " + esc(tr("You have had {used} graded feedback page(s) for this chapter within "
+                                             "the course's budget of {budget}.", used=used, budget=budget))
+            + "</p>\n<p>" + tr("It will be graded at about <strong>{when}</strong>; fetch feedback again after that "
+                                "time and this page is replaced by your graded feedback. A newer submission before "
+                                "then takes its place.", when=esc(when)) + "</p>\n</body></html>\n")
     return text.encode("utf-8")

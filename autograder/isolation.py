@@ -70,8 +70,10 @@ from attention_course.cells import (GRADING_SEED_BASE, RECORD_MIME, cell_seed, g
 from attention_course.expected import (drawn_seeds, profile_digest, read_profile,  # noqa: F401 - the format's owner
                                        reference_table)
 from attention_course.kinds import REGISTRY
+from attention_course.language import speaking
 
 from . import intake, kit, learner_files, memory_budget, sandbox, structure, trusted
+from .class_language import class_language
 from .course import Course
 from .reinitialise import reinitialised
 from .results import CellResult, GradingResult
@@ -200,6 +202,9 @@ class Engine:
     def __init__(self, course_root: Path, limits: Limits = Limits(),
                  on_stage: Callable[[str, float], None] | None = None):
         self.course = Course(course_root)
+        # Every check is decided and every message written in the class's language (course configuration), never
+        # in one a learner's kernel claims: see autograder/class_language.py.
+        self.language = class_language(self.course)
         self.limits = limits
         self.on_stage = on_stage
         self._clock: dict[str, float] | None = None  # seconds per stage of the grade() under way, with on_stage
@@ -644,8 +649,9 @@ class Engine:
                                   learner_said=report.get("learner_said") or (), **found)
         leaks = trusted.LeakFilter([c.source for c in source.cells if is_graded_test(c) and trusted.is_hidden(c.source)])
         started = time.perf_counter()
-        decided = _add_budget_notes(_decide(prof, executed, fixed.tests, self._graded_cells(chapter), leaks,
-                                            self.limits.cell_timeout_s), notes)
+        with speaking(self.language):
+            decided = _add_budget_notes(_decide(prof, executed, fixed.tests, self._graded_cells(chapter), leaks,
+                                                self.limits.cell_timeout_s), notes)
         if notes and not memory_budget.proven(self.isolation):  # rlimits only: a budget is a claim there
             decided, flag = memory_budget.withhold(decided, notes, base["isolation"])
             found["flags"] = found["flags"] + ([flag] if flag else [])
@@ -789,13 +795,15 @@ def main(argv: list[str] | None = None) -> int:
         with Engine(Course().root, limits) as engine:
             print(engine.isolation_line())
             result = engine.grade(args.chapter, args.notebook, args.student)
+            language = engine.language
     except GraderError as exc:
         print(f"grade-one: {exc}", file=sys.stderr)
         return 2
     if args.json:
         args.json.write_text(json.dumps(result.to_json(), indent=1))
     if args.html:
-        args.html.write_text(feedback_html(result))
+        with speaking(language):
+            args.html.write_text(feedback_html(result))
     print(f"{result.student} {result.chapter}: {result.status} {result.score:g}/{result.max_score:g}"
           f"{' (' + result.reason + ')' if result.reason else ''}  [{result.seconds:.1f} s]")
     for flag in result.flags:

@@ -10,7 +10,10 @@ import json
 import time
 from pathlib import Path
 
+from attention_course.language import speaking
+
 from . import learner_files, safe_output
+from .class_language import class_language
 from .atomic_files import write_atomic, write_atomic_bytes
 from .course import Course
 from .discovery import Task, engine_module_name
@@ -40,7 +43,8 @@ def write_outputs(course: Course, result: GradingResult, summary: Summary | None
         page = None
     if page is None:
         feedback_html = getattr(importlib.import_module(engine_module_name()), "feedback_html", None)
-        page = feedback_html(result) if feedback_html is not None else None
+        with speaking(class_language(course)):
+            page = feedback_html(result) if feedback_html is not None else None
     if page is not None:
         write_atomic(course.grading / "feedback" / student / chapter / f"{chapter}.html", page)
     if summary is not None:

@@ -22,8 +22,10 @@ from pathlib import Path
 import nbformat
 
 from attention_course.cells import graded_cells
+from attention_course.language import N_, speaking
 
 from .atomic_files import write_atomic
+from .class_language import class_language, page_language, tr
 from .course import Course
 from .late_policy import how_late
 from .output_files import REPORT_NAME
@@ -31,9 +33,9 @@ from .results import GradingResult
 from .safe_output import CSP_META  # no script, no remote resource (issue 24)
 from .similarity import STYLE as similarity_style
 from .submissions import load_mistakes
-from .trusted import NOT_IMPLEMENTED  # the engine's own words for a function that still raises it
+from .trusted import NOT_IMPLEMENTED, not_implemented  # the engine's words for a function that still raises it
 
-LEARNER_SAID = "The notebook's own text (untrusted)"
+LEARNER_SAID = N_("The notebook's own text (untrusted)")
 
 
 def exercise_order(course: Course, chapters: list[str]) -> dict[str, list[tuple[str, float]]]:
@@ -71,9 +73,9 @@ def zero_reason(row: GradingResult) -> str | None:
     if row.score > 0:
         return None
     if row.status == "zero":
-        return f"not gradable: {row.reason or 'unusable notebook'}"
+        return tr("not gradable: {reason}", reason=row.reason or tr("unusable notebook"))
     passed = sum(1 for v in row.cells if v.passed)
-    return f"graded: no check passed ({passed} of {len(row.cells)} graded cells)"
+    return tr("graded: no check passed ({passed} of {cells} graded cells)", passed=passed, cells=len(row.cells))
 
 
 def _cell_fraction(row: GradingResult, cell: str, points: float) -> float:
@@ -94,8 +96,8 @@ _FONT = {"font.size": 11, "axes.labelsize": 11, "xtick.labelsize": 10, "ytick.la
 # handed to LaTeX (a name such as "$\\alpha^$" made matplotlib raise and the whole report fail, issue 24).
 _PLAIN_TEXT = {"text.parse_math": False, "text.usetex": False}
 # The page's section headings; figures carry no title of their own (it used to appear twice).
-SECTIONS = {"chapters": "Score distribution per chapter", "exercises": "Score distribution per exercise",
-            "heatmap": "Learners x exercises"}
+SECTIONS = {"chapters": N_("Score distribution per chapter"), "exercises": N_("Score distribution per exercise"),
+            "heatmap": N_("Learners x exercises")}
 
 
 def _png(fig) -> str:
@@ -210,7 +212,7 @@ def _figures(rows, chapters, order) -> dict[str, str]:
 
 
 def _table(headers, body) -> str:
-    head = "".join(f"<th>{html.escape(str(h))}</th>" for h in headers)
+    head = "".join(f"<th>{html.escape(tr(str(h)))}</th>" for h in headers)  # headers: N_-marked English
     rows = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>" for row in body)
     return f"<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>"
 
@@ -229,7 +231,7 @@ def most_failed(rows, order, top: int = 15) -> list[dict]:
                 v = r.cell(cell)
                 if v is None or not v.passed:
                     fails += 1
-                    for m in (v.messages if v else ()) or ["(no message)"]:
+                    for m in (v.messages if v else ()) or [tr("(no message)")]:
                         messages[m] += 1
             if fails:
                 stats.append({"chapter": chapter, "cell": cell, "failed": fails, "of": len(by_chapter[chapter]),
@@ -266,19 +268,19 @@ def misconceptions(course: Course, rows: list[GradingResult]) -> list[dict]:
             messages = list(v.messages)
             text = " ".join(messages).lower()
             known = [m for m in catalogues[chapter] if cell in m.fails and m.symptom.lower() in text]
-            if NOT_IMPLEMENTED in messages:
+            if not_implemented(messages):
                 # The function still raises NotImplementedError: whatever the stopped checks said after that
                 # (a blank notebook's "shape" message) is no mistake of the learner's, catalogued or not.
                 known = []
                 key = (chapter, "not implemented", NOT_IMPLEMENTED)
-                label = NOT_IMPLEMENTED
+                label = tr(NOT_IMPLEMENTED)
             elif known:
                 longest = max(len(m.symptom) for m in known)
                 known = [m for m in known if len(m.symptom) == longest]
                 key = (chapter, "catalogue", known[0].symptom.lower())
                 label = known[0].symptom
             else:
-                first = messages[0] if messages else "(no message)"
+                first = messages[0] if messages else tr("(no message)")
                 key = (chapter, "other", _NUMBER.sub("#", first)[:160])
                 label = key[2]
             g = groups.setdefault(key, {"chapter": chapter, "label": label, "catalogued": key[1] == "catalogue",
@@ -295,22 +297,31 @@ def misconceptions(course: Course, rows: list[GradingResult]) -> list[dict]:
 
 
 def render(course: Course, rows: list[GradingResult], failures: list[dict] | None = None, similarity=None) -> str:
-    """The report's HTML. ``similarity``: the similarity check's per-chapter results (autograder/similarity.py),
-    whose own escaped sections are placed here; None when the check was not run."""
+    """The report's HTML, in the class's language (autograder/class_language.py). ``similarity``: the similarity
+    check's per-chapter results (autograder/similarity.py), whose own escaped sections are placed here; None when
+    the check was not run."""
+    with speaking(class_language(course)):
+        return _render(course, rows, failures, similarity)
+
+
+def _render(course: Course, rows: list[GradingResult], failures: list[dict] | None, similarity) -> str:
     esc = html.escape
     chapters = sorted({r.chapter for r in rows})
     order = exercise_order(course, chapters)
     figs = _figures(rows, chapters, order) if rows else {}
     learners = len({r.student for r in rows})
-    parts = [f"<h1>Class report</h1><p>{learners} learners, {len(rows)} recorded notebooks"
-             f"{f', {len(failures)} not graded (grader errors)' if failures else ''}, "
-             f"generated {_dt.datetime.now().isoformat(timespec='seconds')}.</p>"]
+    generated = _dt.datetime.now().isoformat(timespec='seconds')
+    counts = (tr("{learners} learners, {notebooks} recorded notebooks, {failed} not graded (grader errors), "
+                 "generated {when}.", learners=learners, notebooks=len(rows), failed=len(failures), when=generated)
+              if failures else tr("{learners} learners, {notebooks} recorded notebooks, generated {when}.",
+                                  learners=learners, notebooks=len(rows), when=generated))
+    parts = [f"<h1>{esc(tr('Class report'))}</h1><p>{esc(counts)}</p>"]
     levels: dict[str, int] = {}  # the isolation each notebook was graded at (docs/isolation.md)
     for r in rows:
-        levels[r.isolation or "not recorded"] = levels.get(r.isolation or "not recorded", 0) + 1
+        levels[r.isolation or tr("not recorded")] = levels.get(r.isolation or tr("not recorded"), 0) + 1
     if levels:
-        parts.append("<p>Isolation: " + "; ".join(f"{esc(k)}: {v} notebook(s)" for k, v in sorted(levels.items()))
-                     + ".</p>")
+        parts.append("<p>" + esc(tr("Isolation: {levels}.", levels=tr("; ").join(
+            tr("{level}: {count} notebook(s)", level=k, count=v) for k, v in sorted(levels.items())))) + "</p>")
 
     summary = []
     for ch in chapters:
@@ -323,91 +334,103 @@ def render(course: Course, rows: list[GradingResult], failures: list[dict] | Non
                         sum(1 for r in rs if r.status == "zero"), sum(1 for r in rs if r.flags)])
     # The vocabulary of the run's summary line and grades.csv (OUTCOMES): "scored zero" counts every notebook
     # worth 0 points, "not gradable" those of them the grader could not grade.
-    parts.append("<h2>Chapters</h2>" + _table(["chapter", "learners", "mean", "median", "full marks", "scored zero",
-                                                "not gradable", "flagged"], summary))
-    captions = {"heatmap": "<p>One panel per chapter. Green: full marks on the cell, red: zero, grey: not "
-                           "submitted.</p>",
-                "exercises": "<p>Green: learners who passed the graded cell (half a learner for partial credit), "
-                             "red: learners who did not.</p>"}
+    parts.append(f"<h2>{esc(tr('Chapters'))}</h2>" + _table([
+        N_("chapter"), N_("learners"), N_("mean"), N_("median"), N_("full marks"), N_("scored zero"),
+        N_("not gradable"), N_("flagged")], summary))
+    captions = {"heatmap": N_("One panel per chapter. Green: full marks on the cell, red: zero, grey: not "
+                              "submitted."),
+                "exercises": N_("Green: learners who passed the graded cell (half a learner for partial credit), "
+                                "red: learners who did not.")}
     for key, title in SECTIONS.items():
         if key in figs:
-            parts.append(f"<h2>{title}</h2>{captions.get(key, '')}<div class=fig>{figs[key]}</div>")
+            caption = f"<p>{esc(tr(captions[key]))}</p>" if key in captions else ""
+            parts.append(f"<h2>{esc(tr(title))}</h2>{caption}<div class=fig>{figs[key]}</div>")
 
     body = []
     for s in most_failed(rows, order):
         msgs = "<br>".join(f"{esc(m)} <span class=n>({n}x)</span>" for m, n in s["messages"])
         body.append([esc(s["chapter"]), f"<code>{esc(s['cell'])}</code>", f"{s['failed']} / {s['of']}", msgs])
-    parts.append("<h2>Checks that failed most</h2>" + (_table(["chapter", "graded cell", "failed", "symptoms "
-                                                               "(verdict messages)"], body) if body else "<p>None.</p>"))
+    none = f"<p>{esc(tr('None.'))}</p>"
+    parts.append(f"<h2>{esc(tr('Checks that failed most'))}</h2>" + (_table([
+        N_("chapter"), N_("graded cell"), N_("failed"), N_("symptoms (verdict messages)")], body) if body else none))
 
     body = []
     for g in misconceptions(course, rows):
         label = esc(g["label"]) + ("" if g["catalogued"] or g["not_implemented"]
-                                   else " <span class=n>(not in the catalogue)</span>")
+                                   else f" <span class=n>{esc(tr('(not in the catalogue)'))}</span>")
         body.append([esc(g["chapter"]), label, "<br>".join(esc(m) for m in g["mistakes"]) or "&ndash;",
                      ", ".join(f"<code>{esc(c)}</code>" for c in g["cells"]), str(len(g["learners"])),
                      esc(", ".join(g["learners"]))])
-    parts.append("<h2>What the class got wrong (by symptom)</h2><p>Failed graded cells grouped by the symptom "
-                 "their verdict names, labelled from the chapter's mistake catalogue. Instructors only: it names "
-                 "learners.</p>" + (_table(["chapter", "symptom", "catalogued mistakes with this symptom",
-                                            "graded cells", "learners", "who"], body) if body else "<p>None.</p>"))
+    parts.append(f"<h2>{esc(tr('What the class got wrong (by symptom)'))}</h2><p>"
+                 + esc(tr("Failed graded cells grouped by the symptom their verdict names, labelled from the chapter's "
+                          "mistake catalogue. Instructors only: it names learners.")) + "</p>"
+                 + (_table([N_("chapter"), N_("symptom"), N_("catalogued mistakes with this symptom"),
+                            N_("graded cells"), N_("learners"), N_("who")], body) if body else none))
 
     flagged = [[esc(r.student), esc(r.chapter), f"{r.score:g} / {r.max_score:g}",
                 "<br>".join(esc(f) for f in r.flags)] for r in rows if r.flags]
-    parts.append("<h2>Flagged notebooks</h2>" + (_table(["student", "chapter", "score", "flags"], flagged)
-                                                 if flagged else "<p>None.</p>"))
+    parts.append(f"<h2>{esc(tr('Flagged notebooks'))}</h2>"
+                 + (_table([N_("student"), N_("chapter"), N_("score"), N_("flags")], flagged) if flagged else none))
     suspected = [[esc(r.student), esc(r.chapter), f"{r.score:g} / {r.max_score:g}",
                   "<br>".join(esc(s) for s in r.suspicions)] for r in rows if r.suspicions]
-    parts.append("<h2>Suspicions (instructors only)</h2><p>Evidence the grader found, graded as usual and never "
-                 "shown to the learner: a reason to look at the notebook, not proof.</p>"
-                 + (_table(["student", "chapter", "score", "suspicion"], suspected) if suspected else "<p>None.</p>"))
+    parts.append(f"<h2>{esc(tr('Suspicions (instructors only)'))}</h2><p>"
+                 + esc(tr("Evidence the grader found, graded as usual and never shown to the learner: a reason to "
+                          "look at the notebook, not proof.")) + "</p>"
+                 + (_table([N_("student"), N_("chapter"), N_("score"), N_("suspicion")], suspected)
+                    if suspected else none))
     late = [r for r in rows if r.late_seconds > 0]
     if late:  # nbgrader's columns, written by the gradebook writer with the course's policy (autograder/late_policy.py)
         body = [[esc(r.student), esc(r.chapter), esc(how_late(r.late_seconds)), f"{r.penalty:g}",
                  f"{max(0.0, r.score - r.penalty):g} / {r.max_score:g}", esc(r.late.arrived), esc(r.late.claimed)]
                 for r in sorted(late, key=lambda r: (r.chapter, -r.late_seconds, r.student))]
-        parts.append("<h2>Late submissions</h2><p>After the due date plus any extension. The policy is set in "
-                     "autograder/nbgrader_config.py (stock nbgrader applies the same one). Received: the arrival "
-                     "recorded by collect or by you (autograder/arrivals.py); the learner's timestamp.txt is their "
-                     "claim, shown, never used.</p>"
-                     + _table(["student", "chapter", "late by", "points lost", "score after the penalty",
-                               "received", "learner's claim"], body))
+        parts.append(f"<h2>{esc(tr('Late submissions'))}</h2><p>"
+                     + esc(tr("After the due date plus any extension. The policy is set in "
+                              "autograder/nbgrader_config.py (stock nbgrader applies the same one). Received: the "
+                              "arrival recorded by collect or by you (autograder/arrivals.py); the learner's "
+                              "timestamp.txt is their claim, shown, never used.")) + "</p>"
+                     + _table([N_("student"), N_("chapter"), N_("late by"), N_("points lost"),
+                               N_("score after the penalty"), N_("received"), N_("learner's claim")], body))
     else:
-        parts.append("<h2>Late submissions</h2><p>None.</p>")
+        parts.append(f"<h2>{esc(tr('Late submissions'))}</h2>{none}")
     held = [[esc(r.student), esc(r.chapter), f"{r.score:g} / {r.max_score:g}", esc(r.late.claimed)]
             for r in rows if r.late and r.late.held]
     if held:  # late_policy.held: a due date and no recorded arrival; the final score is withheld, never "on time"
-        parts.append("<h2>Held for the instructor</h2><p>No arrival time is recorded for these notebooks (not "
-                     "collected with <code>python -m autograder collect</code>, or changed since): their final "
-                     "score is withheld until you record one with <code>python -m autograder deadlines CHAPTER "
-                     "--received STUDENT=ISO</code>.</p>"
-                     + _table(["student", "chapter", "points (not final)", "learner's claim"], held))
+        parts.append(f"<h2>{esc(tr('Held for the instructor'))}</h2><p>"
+                     + tr("No arrival time is recorded for these notebooks (not collected with <code>python -m "
+                          "autograder collect</code>, or changed since): their final score is withheld until you "
+                          "record one with <code>python -m autograder deadlines CHAPTER --received "
+                          "STUDENT=ISO</code>.") + "</p>"
+                     + _table([N_("student"), N_("chapter"), N_("points (not final)"), N_("learner's claim")], held))
     zeros = [[esc(r.student), esc(r.chapter), f"{r.score:g} / {r.max_score:g}", esc(zero_reason(r))]
              for r in rows if zero_reason(r)]
-    parts.append("<h2>Notebooks that scored zero</h2>" + (_table(["student", "chapter", "score", "why"], zeros)
-                                                          if zeros else "<p>None.</p>"))
+    parts.append(f"<h2>{esc(tr('Notebooks that scored zero'))}</h2>"
+                 + (_table([N_("student"), N_("chapter"), N_("score"), N_("why")], zeros) if zeros else none))
     said = [[esc(r.student), esc(r.chapter), esc(label), f"<q class=untrusted>{esc(text)}</q>"]
             for r in rows for label, text in r.learner_said]
     if said:  # the learner's words, which may claim anything ("a grader bug: award full marks"): never a reason
-        parts.append(f"<h2>{LEARNER_SAID}</h2><p>Text the notebook itself produced, kept for you to read as the "
-                     "learner's words: the grader did not write it and vouches for none of it.</p>"
-                     + _table(["student", "chapter", "what", "the notebook's text"], said))
+        parts.append(f"<h2>{esc(tr(LEARNER_SAID))}</h2><p>"
+                     + esc(tr("Text the notebook itself produced, kept for you to read as the learner's words: the "
+                              "grader did not write it and vouches for none of it.")) + "</p>"
+                     + _table([N_("student"), N_("chapter"), N_("what"), N_("the notebook's text")], said))
     if similarity is not None:
-        parts.append("<h2>Submissions that look copied</h2><p>All the code each learner's notebook runs as theirs "
-                     "(their solution cells and any code cells they added) compared with each other's and with the "
-                     "published reference, after removing the starter code, comments and names (grading/"
-                     "similarity.csv). A high score is a reason to look, not proof: read the lines side by side."
-                     f"</p><style>{similarity_style}</style>"
-                     + ("\n".join(r.html() for r in similarity) or "<p>No submissions to compare.</p>"))
+        parts.append(f"<h2>{esc(tr('Submissions that look copied'))}</h2><p>"
+                     + esc(tr("All the code each learner's notebook runs as theirs (their solution cells and any code "
+                              "cells they added) compared with each other's and with the published reference, after "
+                              "removing the starter code, comments and names (grading/similarity.csv). A high score "
+                              "is a reason to look, not proof: read the lines side by side."))
+                     + f"</p><style>{similarity_style}</style>"
+                     + ("\n".join(r.html() for r in similarity)
+                        or f"<p>{esc(tr('No submissions to compare.'))}</p>"))
     if failures:
         fail = [[esc(f["student"]), esc(f["chapter"]), f"<pre>{esc(str(f['reason'])[-1500:])}</pre>"] for f in failures]
-        parts.append("<h2>Not graded in the last run (grader errors, not the learner's fault; run again)</h2>"
-                     + _table(["student", "chapter", "error"], fail))
+        parts.append("<h2>" + esc(tr("Not graded in the last run (grader errors, not the learner's fault; run "
+                                     "again)")) + "</h2>" + _table([N_("student"), N_("chapter"), N_("error")], fail))
     style = ("body{font-family:sans-serif;margin:2em;max-width:1400px}table{border-collapse:collapse;margin:1em 0}"
              "td,th{border:1px solid #ccc;padding:3px 8px;text-align:left;vertical-align:top;font-size:13px}"
              "th{background:#f0f0f0}.n{color:#888}.fig{overflow-x:auto}.fig img{display:block;margin:0 0 1em}"
              "pre{white-space:pre-wrap;margin:0}q.untrusted{font-family:monospace;background:#fff3f3}")
-    return (f"<!DOCTYPE html><html><head><meta charset='utf-8'>{CSP_META}<title>Class report</title>"
+    return (f"<!DOCTYPE html><html lang='{page_language()}'><head><meta charset='utf-8'>{CSP_META}"
+            f"<title>{esc(tr('Class report'))}</title>"
             f"<style>{style}</style></head><body>" + "\n".join(parts) + "</body></html>")
 
 

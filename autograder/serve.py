@@ -44,8 +44,11 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from attention_course.language import speaking
+
 from . import arrivals
 from .backends import DaskBackend, LocalBackend
+from .class_language import class_language
 from .course import COURSE_ID, Course
 from .discovery import Task, engine_module_name
 from .feedback_budget import Budget, Journal, Release, decide, journal_path
@@ -261,8 +264,9 @@ class Service:
     def hold(self, task: Task, decision) -> None:
         ident = (task.student, task.chapter, task.key)
         if ident not in self.noticed:
-            page = held_page(task.chapter, task.arrival.describe() if task.arrival else "", decision.used,
-                             self.settings.budget.describe(), decision.until, decision.reason)
+            with speaking(class_language(self.course)):  # the learner reads it: the class's language
+                page = held_page(task.chapter, task.arrival.describe() if task.arrival else "", decision.used,
+                                 self.settings.budget.describe(), decision.until, decision.reason)
             release(self.settings.exchange, task.exchange, task.chapter, page)
             self.noticed.add(ident)
             self.log(f"held {task.student}/{task.chapter} until {decision.until:%Y-%m-%d %H:%M:%S} UTC "

@@ -74,7 +74,11 @@ from typing import TYPE_CHECKING
 
 from attention_course.encoding import PYTHON_NAMES, decode, validate
 from attention_course.kinds import REGISTRY, decide
+from attention_course.language import LANGUAGES, N_
+from attention_course.selfcheck import exercise_name
 from attention_course.verdicts import HIDDEN_EXCEPTION_NAMES
+
+from .class_language import page_language, tr, translations
 
 if TYPE_CHECKING:
     from .results import GradingResult
@@ -449,7 +453,8 @@ class LeakFilter:
         return any(text[i:i + self.WINDOW] in self.windows for i in range(max(0, len(text) - self.WINDOW + 1)))
 
     def clean(self, messages: list[str]) -> list[str]:
-        return [("(message withheld: it quoted hidden test code)" if self.quotes_hidden(m) else m) for m in messages]
+        withheld = tr("(message withheld: it quoted hidden test code)")
+        return [(withheld if self.quotes_hidden(m) else m) for m in messages]
 
 
 def _shown_strings(source: str) -> list[str]:
@@ -467,7 +472,14 @@ def _shown_strings(source: str) -> list[str]:
     return sorted(out, key=len, reverse=True)
 
 
-NOT_IMPLEMENTED = "not implemented yet: the function this test calls still raises NotImplementedError"
+NOT_IMPLEMENTED = N_("not implemented yet: the function this test calls still raises NotImplementedError")
+
+
+def not_implemented(messages) -> bool:
+    """Whether a cell's messages say its function still raises NotImplementedError, in whichever language the
+    class was graded in."""
+    return any(m in messages for m in {NOT_IMPLEMENTED, *(translations(lang).get(NOT_IMPLEMENTED, NOT_IMPLEMENTED)
+                                                           for lang in LANGUAGES)})
 
 
 def decide_cell(spec: dict, records: list[dict], error: dict | None, grade_id: str,
@@ -482,21 +494,21 @@ def decide_cell(spec: dict, records: list[dict], error: dict | None, grade_id: s
         key = f"{grade_id}/{rec['check']}"
         counts[key] = counts.get(key, 0) + 1
         by_key.setdefault(key, rec)
-    failures: list[str] = []
+    failures: list[tuple[int, str, str]] = []  # (check number, check id, message)
     stopped = 0  # checks an error stopped before they ran
     for n, chk in enumerate(spec["checks"], start=1):
         key, kind = chk["key"], chk["kind"]
-        label = f"hidden check {n}" if hidden else chk["check"]
+        label = chk["check"]
         count = counts.get(key, 0)
         if count == 0:
             if error is not None:  # said once below: one line per check buried the error that stopped them
                 stopped += 1
             else:
-                failures.append(f"{label}: no result recorded by the test itself (the notebook replaced the grader's "
-                                "recorder?)")
+                failures.append((n, label, tr("no result recorded by the test itself (the notebook replaced the "
+                                              "grader's recorder?)")))
             continue
         if count > 1:  # how many times is the learner's to choose: not quoted (the feedback budget)
-            failures.append(f"{label}: recorded more than once; the notebook emitted a fake check record")
+            failures.append((n, label, tr("recorded more than once; the notebook emitted a fake check record")))
             continue
         rec = by_key[key]
         try:
@@ -505,7 +517,7 @@ def decide_cell(spec: dict, records: list[dict], error: dict | None, grade_id: s
             expected = REGISTRY[kind].expected
             if expected and chk["site"] in spec.get("keep_want_sites", []):
                 if "want" not in rec:
-                    failures.append(f"{label}: the expected value was not recorded")
+                    failures.append((n, label, tr("the expected value was not recorded")))
                     continue
                 params[expected] = decode(validate(rec["want"]))
             ref_got = decode(validate(chk["ref_got"])) if "ref_got" in chk else None
@@ -516,32 +528,37 @@ def decide_cell(spec: dict, records: list[dict], error: dict | None, grade_id: s
             like = None if chk["site"] in spec.get("keep_want_sites", []) else ref_got
             verdict = decide(kind, got, params, reference, like)
         except Exception:  # noqa: BLE001 - a forged or broken record must not crash the grader
-            failures.append(f"{label}: the recorded value is unreadable")  # no exception name: fixed text
+            failures.append((n, label, tr("the recorded value is unreadable")))  # no exception name: fixed text
             continue
         if not verdict.passed:  # a hidden check's message quotes nothing of the learner's value
-            failures.append(f"{label}: {redact_hidden(verdict.hidden_message) if hidden else verdict.message}")
+            failures.append((n, label, redact_hidden(verdict.hidden_message) if hidden else verdict.message))
     messages = []
     if error is not None:
         ename = _name(error.get("ename", "Error"))
         if ename == "CellTimeout":
-            limit = f" within {cell_timeout_s:g} s" if cell_timeout_s else " in time"
-            messages.append(f"the cell did not finish{limit} and was interrupted")
+            messages.append(tr("the cell did not finish within {seconds} s and was interrupted",
+                               seconds=f"{cell_timeout_s:g}") if cell_timeout_s else
+                            tr("the cell did not finish in time and was interrupted"))
         elif ename == "NotImplementedError":  # a blank exercise: the learner's first thing to do, said plainly
-            messages.append(NOT_IMPLEMENTED)
+            messages.append(tr(NOT_IMPLEMENTED))
         elif hidden:  # an exception name from a fixed list of 8 (the hidden feedback budget: verdicts.py)
-            shown = ename if ename in HIDDEN_EXCEPTION_NAMES else "an error"
-            messages.append(f"the cell stopped with {shown} while running the hidden tests")
+            shown = ename if ename in HIDDEN_EXCEPTION_NAMES else tr("an error")
+            messages.append(tr("the cell stopped with {error} while running the hidden tests", error=shown))
         else:  # the message is the learner's process's text: it stays in the learner's own notebook
-            messages.append(f"the cell stopped with {ename} (run this test in your notebook to see its message)")
+            messages.append(tr("the cell stopped with {error} (run this test in your notebook to see its message)",
+                               error=ename))
     if hidden:  # many hidden checks often fail the same way: say it once
         merged: dict[str, list[str]] = {}
-        for f in failures:
-            label, _, msg = f.partition(": ")
-            merged.setdefault(msg, []).append(label.removeprefix("hidden check "))
-        failures = [f"hidden check{'s' if len(ns) > 1 else ''} {', '.join(ns)}: {msg}" for msg, ns in merged.items()]
-    messages.extend(failures)
+        for n, _, msg in failures:
+            merged.setdefault(msg, []).append(str(n))
+        messages.extend(tr("hidden checks {numbers}: {problem}", numbers=", ".join(ns), problem=msg) if len(ns) > 1
+                        else tr("hidden check {number}: {problem}", number=ns[0], problem=msg)
+                        for msg, ns in merged.items())
+    else:
+        messages.extend(tr("{check}: {problem}", check=label, problem=msg) for _, label, msg in failures)
     if stopped:
-        messages.append(f"{stopped} check{'s' if stopped > 1 else ''} did not run (the error stopped the cell)")
+        messages.append(tr("{count} checks did not run (the error stopped the cell)", count=stopped) if stopped > 1
+                        else tr("1 check did not run (the error stopped the cell)"))
     passed = error is None and not failures
     return passed, messages
 
@@ -554,27 +571,39 @@ def decide_cell(spec: dict, records: list[dict], error: dict | None, grade_id: s
 # chapter names as the only variable parts (no reason quotes learner text: issue 41, class 7). A kernel whose
 # Python the notebook broke is named with its exception (from a fixed list, sandbox/monitor.broke_python) for the
 # instructor; feedback keeps the fixed part only.
-_PUBLIC_REASONS = [re.compile(p) for p in (
-    r"wrong file name: expected [\w.-]+\.ipynb",
-    r"file not found", r"empty file", r"file too large \(\d+ MB; the limit is \d+ MB\)",
-    r"malformed JSON( \([a-zA-Z0-9 -]+\))?", r"not a notebook \([a-z' _]+\)",
-    r"timeout: notebook exceeded [\d.]+ s", r"kernel died \(out of memory: limit \d+ MB\)",
-    r"process limit exceeded: the notebook tried to run more than \d+ processes or threads \(fork bomb\?\)",
-    r"the notebook interfered with the grader's result channel",
-    r"kernel died \((segfault|SIG[A-Z0-9]+|signal \d+)\)",
-    r"kernel died \(exited with status -?\d+ before the notebook finished\)",
+# Each reason is (its pattern, the sentence feedback shows, in English: the pattern's named groups are its fields,
+# so a translated sentence shows the same numbers and names).
+_PUBLIC_REASONS = [(re.compile(p), s) for p, s in (
+    (r"wrong file name: expected (?P<name>[\w.-]+\.ipynb)", N_("wrong file name: expected {name}")),
+    (r"file not found", N_("file not found")), (r"empty file", N_("empty file")),
+    (r"file too large \((?P<size>\d+) MB; the limit is (?P<limit>\d+) MB\)",
+     N_("file too large ({size} MB; the limit is {limit} MB)")),
+    (r"malformed JSON", N_("malformed JSON")),
+    (r"malformed JSON \((?P<detail>[a-zA-Z0-9 -]+)\)", N_("malformed JSON ({detail})")),
+    (r"not a notebook \((?P<detail>[a-z' _]+)\)", N_("not a notebook ({detail})")),
+    (r"timeout: notebook exceeded (?P<seconds>[\d.]+) s", N_("timeout: notebook exceeded {seconds} s")),
+    (r"kernel died \(out of memory: limit (?P<limit>\d+) MB\)", N_("kernel died (out of memory: limit {limit} MB)")),
+    (r"process limit exceeded: the notebook tried to run more than (?P<count>\d+) processes or threads \(fork bomb\?\)",
+     N_("process limit exceeded: the notebook tried to run more than {count} processes or threads (fork bomb?)")),
+    (r"the notebook interfered with the grader's result channel",
+     N_("the notebook interfered with the grader's result channel")),
+    (r"kernel died \((?P<signal>segfault|SIG[A-Z0-9]+|signal \d+)\)", N_("kernel died ({signal})")),
+    (r"kernel died \(exited with status (?P<status>-?\d+) before the notebook finished\)",
+     N_("kernel died (exited with status {status} before the notebook finished)")),
 )]
 _BROKE_PYTHON = "kernel died (the notebook broke the Python it runs in"
 
 
 def public_reason(reason: str) -> str:
-    """A result's reason as a learner's feedback shows it (see ``_PUBLIC_REASONS``)."""
+    """A result's reason as a learner's feedback shows it (see ``_PUBLIC_REASONS``), in the class's language."""
     reason = str(reason)
-    if any(p.fullmatch(reason) for p in _PUBLIC_REASONS):
-        return reason
+    for pattern, sentence in _PUBLIC_REASONS:
+        match = pattern.fullmatch(reason)
+        if match:
+            return tr(sentence, **match.groupdict())
     if reason.startswith(_BROKE_PYTHON):
-        return _BROKE_PYTHON + ")"
-    return "the notebook could not be graded normally (your instructor can see why)"
+        return tr("kernel died (the notebook broke the Python it runs in)")
+    return tr("the notebook could not be graded normally (your instructor can see why)")
 
 
 def _public_message(message: str) -> str:
@@ -582,7 +611,7 @@ def _public_message(message: str) -> str:
     reason, which goes through :func:`public_reason`."""
     message = str(message)
     if message.startswith("not graded: "):
-        return "not graded: " + public_reason(message.removeprefix("not graded: "))
+        return tr("not graded: {reason}", reason=public_reason(message.removeprefix("not graded: ")))
     return message
 
 
@@ -600,7 +629,8 @@ def exercise_names(chapter: str, course_root: Path | None = None) -> dict[str, s
     except (OSError, ValueError):
         return {}
     where = exercises(nb)
-    return {grade_id(c): where[c["id"]] for c in nb["cells"] if is_graded_test(c) and c.get("id") in where}
+    return {grade_id(c): exercise_name(where[c["id"]]) for c in nb["cells"]
+            if is_graded_test(c) and c.get("id") in where}
 
 
 def _exercise_html(text: str) -> str:
@@ -616,21 +646,26 @@ def _lead(result: GradingResult, names: dict[str, str]) -> list[str]:
     blank = []
     for cell in failed:
         gid = cell.grade_id
-        if NOT_IMPLEMENTED in cell.messages:
-            name = names.get(gid, f"the exercise tested by {gid}")
+        if not_implemented(cell.messages):
+            name = names.get(gid, tr("the exercise tested by {test}", test=gid))
             if name not in blank:
                 blank.append(name)
     cell = failed[0]
     gid = cell.grade_id
-    if NOT_IMPLEMENTED in cell.messages:  # the first thing to do is to write the first blank function
-        return ["<p class='first-fix'><strong>Not implemented yet</strong> (the function still raises "
-                "NotImplementedError), start with the first: " + "; ".join(map(_exercise_html, blank)) + "</p>"]
-    where = _exercise_html(names[gid]) if gid in names else f"the test <code>{html.escape(str(gid))}</code>"
-    symptom = html.escape(_public_message(next(iter(cell.messages), "failed")))
-    parts = [f"<p class='first-fix'><strong>Fix first:</strong> {where}: {symptom}</p>"]
+    blanks = tr("; ").join(map(_exercise_html, blank))
+    if not_implemented(cell.messages):  # the first thing to do is to write the first blank function
+        return ["<p class='first-fix'>" + tr("<strong>Not implemented yet</strong> (the function still raises "
+                                             "NotImplementedError), start with the first: {exercises}",
+                                             exercises=blanks) + "</p>"]
+    where = (_exercise_html(names[gid]) if gid in names
+             else tr("the test {test}", test=f"<code>{html.escape(str(gid))}</code>"))
+    symptom = html.escape(_public_message(next(iter(cell.messages), tr("failed"))))
+    parts = ["<p class='first-fix'>" + tr("<strong>Fix first:</strong> {exercise}: {symptom}", exercise=where,
+                                          symptom=symptom) + "</p>"]
     if blank:
-        parts.append("<p class='not-implemented'><strong>Not implemented yet</strong> (the function still raises "
-                     "NotImplementedError): " + "; ".join(map(_exercise_html, blank)) + "</p>")
+        parts.append("<p class='not-implemented'>" + tr("<strong>Not implemented yet</strong> (the function still "
+                                                        "raises NotImplementedError): {exercises}", exercises=blanks)
+                     + "</p>")
     return parts
 
 
@@ -644,44 +679,50 @@ def feedback_html(result: GradingResult) -> str:
     from .safe_output import CSP_META  # the one Content-Security-Policy of the pages the grader writes
 
     esc = html.escape
-    # A whole page with a head, so the browser applies the policy: no script, no remote resource (issue 24).
-    parts = [f"<!DOCTYPE html><html><head><meta charset='utf-8'>{CSP_META}<title>Feedback</title></head><body>",
+    # A whole page with a head, so the browser applies the policy: no script, no remote resource (issue 24). Its
+    # lang attribute lets a browser pick the right fonts for the class's language.
+    parts = [f"<!DOCTYPE html><html lang='{page_language()}'><head><meta charset='utf-8'>{CSP_META}"
+             f"<title>{esc(tr('Feedback'))}</title></head><body>",
              "<div class='attention-course-feedback'>",
-             f"<h2>{esc(result.chapter)}: {result.score:g} / {result.max_score:g} points</h2>"]
+             "<h2>" + esc(tr("{chapter}: {score} / {max_score} points", chapter=result.chapter,
+                             score=f"{result.score:g}", max_score=f"{result.max_score:g}")) + "</h2>"]
     late = result.late
     if late and late.seconds > 0:  # the grader's own numbers (autograder/deadlines.py): how late, the points lost
         after = max(0.0, result.score - late.penalty)
-        parts.append(f"<p class='late'><strong>Late:</strong> submitted {esc(late.text)} after "
-                     f"the due date; {late.penalty:g} points lost, so {after:g} / "
-                     f"{result.max_score:g} count (policy: {esc(late.policy)}).</p>")
+        parts.append("<p class='late'>" + tr("<strong>Late:</strong> submitted {late_by} after the due date; {lost} "
+                                             "points lost, so {after} / {max_score} count (policy: {policy}).",
+                                             late_by=esc(late.text), lost=f"{late.penalty:g}", after=f"{after:g}",
+                                             max_score=f"{result.max_score:g}", policy=esc(late.policy)) + "</p>")
     if late and late.held:  # no recorded arrival while a due date is set (late_policy.held): nothing is final yet
-        parts.append("<p class='late'><strong>Held:</strong> your instructor has no record of when this notebook "
-                     "arrived; the points below count once they record it.</p>")
+        parts.append("<p class='late'>" + tr("<strong>Held:</strong> your instructor has no record of when this "
+                                             "notebook arrived; the points below count once they record it.") + "</p>")
     if late and (late.arrived or late.claimed):  # the recorded time, and beside it the learner's own claim
-        parts.append("<p class='arrival'>Received: " + esc(late.arrived or "not recorded")
-                     + (f" (your timestamp.txt says {esc(late.claimed)})" if late.claimed else "") + ".</p>")
+        arrived = esc(late.arrived or tr("not recorded"))
+        parts.append("<p class='arrival'>" + (tr("Received: {arrived} (your timestamp.txt says {claimed}).",
+                                                 arrived=arrived, claimed=esc(late.claimed)) if late.claimed
+                                              else tr("Received: {arrived}.", arrived=arrived)) + "</p>")
     if result.status == "failed":  # the grader's own trouble: its details are for the instructor
-        parts.append("<p class='reason'><strong>Not graded:</strong> the grader had a problem with this notebook "
-                     "(not your fault); your instructor can see why.</p>")
+        parts.append("<p class='reason'>" + tr("<strong>Not graded:</strong> the grader had a problem with this "
+                                               "notebook (not your fault); your instructor can see why.") + "</p>")
     elif result.reason:
-        parts.append(f"<p class='reason'><strong>Not graded normally:</strong> "
-                     f"{esc(public_reason(result.reason))}</p>")
+        parts.append("<p class='reason'>" + tr("<strong>Not graded normally:</strong> {reason}",
+                                               reason=esc(public_reason(result.reason))) + "</p>")
     if result.flags:
-        parts.append("<p>Changes the grader made to your notebook:</p><ul class='flags'>")
+        parts.append("<p>" + esc(tr("Changes the grader made to your notebook:")) + "</p><ul class='flags'>")
         parts.extend(f"<li>{esc(f)}</li>" for f in result.flags)
         parts.append("</ul>")
     names = exercise_names(result.chapter)
     parts.extend(_lead(result, names))
-    parts.append("<table><thead><tr><th>test</th><th>result</th><th>points</th><th>what to look at</th></tr>"
-                 "</thead><tbody>")
+    parts.append("<table><thead><tr>" + "".join(f"<th>{esc(h)}</th>" for h in (
+        tr("test"), tr("result"), tr("points"), tr("what to look at"))) + "</tr></thead><tbody>")
     for cell in result.cells:
         gid, ok, messages = cell.grade_id, cell.passed, list(cell.messages)
-        if NOT_IMPLEMENTED in messages:  # named once, above the table; its stopped checks say nothing more
-            messages = ["listed above"]
+        if not_implemented(messages):  # named once, above the table; its stopped checks say nothing more
+            messages = [tr("listed above")]
         msgs = "".join(f"<li>{esc(_public_message(m))}</li>" for m in messages)
         exercise = f"<br>{_exercise_html(names[gid])}" if gid in names else ""
         parts.append(f"<tr class='{'pass' if ok else 'fail'}'><td><code>{esc(gid)}</code>{exercise}</td>"
-                     f"<td>{'passed' if ok else 'failed'}</td>"
+                     f"<td>{esc(tr('passed') if ok else tr('failed'))}</td>"
                      f"<td>{cell.score:g} / {cell.max_score:g}</td>"
                      f"<td>{'<ul>' + msgs + '</ul>' if msgs else ''}</td></tr>")
     parts.append("</tbody></table></div></body></html>")

@@ -146,7 +146,8 @@ def test_kit_holds_the_releases_one_wheel_requirements_and_a_readme_only(kit_dir
     assert all(m.startswith("attention_course/") for m in package), "the wheel ships attention_course only"
     modules = {f"attention_course/{p.name}" for p in PACKAGE.glob("*.py")}
     references = {f"attention_course/reference/{c}.json" for c in CHAPTERS}
-    data = {f"attention_course/data/{p.name}" for p in (PACKAGE / "data").glob("*.txt")}  # the course's corpora
+    # the course's corpora and the compiled message catalogues (attention_course/language.py)
+    data = {f"attention_course/data/{p.name}" for p in (PACKAGE / "data").iterdir() if p.suffix in (".txt", ".json")}
     assert data, "the learner package ships chapter 10's corpus"
     assert set(package) == modules | references | data
     for chapter in CHAPTERS:

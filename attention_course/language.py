@@ -1,0 +1,156 @@
+"""The language learners and instructors read the course's messages in (issue 45), and the one lookup every
+message goes through.
+
+Which language
+--------------
+- A learner's process (the kernel's checks, the self-check): the environment variable ``ATTENTION_COURSE_LANG``
+  (``zh``, ``zh_CN``, ``zh-CN``, ``en``, ...), else the language the course kit was built in (the one-line file
+  :data:`KIT_LANGUAGE_FILE` beside this module, which ``python -m autograder kit --lang zh`` writes into the kit's
+  wheel), else English. A value that names no language we have is passed over, so a typo never hides a message.
+- The grader (a trusted process): the class's language from the course configuration, set with
+  :func:`speaking` or :func:`use` (``autograder/class_language.py``); the grader never reads the environment
+  variable or the kit's file for it, so what a learner's kernel claims never decides the feedback's language.
+
+The lookup
+----------
+:func:`tr` looks an English message up in the active language's catalogue and fills its named fields. Messages are
+keyed by their English text (gettext's convention), so English needs no catalogue and is what every lookup falls
+back to: a message missing from a catalogue, or marked fuzzy there, reads in English. Text whose translation must
+be looked up later than it is written (a module-level table) is marked with :func:`N_` where it is written.
+
+The catalogue of this package is ``locales/<lang>/LC_MESSAGES/attention_course.po`` at the course's root (the file
+translators edit), compiled to ``data/attention_course.<lang>.json`` in this package (package data, so the wheel
+carries it: a learner installs the wheel without the repository): ``{English: translation}`` of every translated,
+non-fuzzy entry, plain JSON that only the standard library reads and that a reviewer can read in a diff (gettext's
+binary ``.mo`` is neither). ``python -m autograder messages compile`` writes it; tests/test_messages.py proves it in
+sync with the ``.po``.
+"""
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import functools
+import json
+import os
+from pathlib import Path
+
+ENVIRONMENT = "ATTENTION_COURSE_LANG"
+ENGLISH = "en"
+# The languages with a catalogue, by their gettext name; English is the messages' own text.
+LANGUAGES = (ENGLISH, "zh_CN")
+DOMAIN = "attention_course"
+PACKAGE = Path(__file__).resolve().parent
+# Compiled catalogues, data/<domain>.<lang>.json: flat in the package's data folder (a folder per language would be
+# a folder the packaging has to be told about, as attention_course.data was).
+LOCALE_DIR = PACKAGE / "data"
+# The kit's language: one line (a language name, e.g. "zh_CN") in this file of the package's data folder, written
+# only into a kit's wheel (``python -m autograder kit --lang zh``); the repository has none (English).
+KIT_LANGUAGE_FILE = LOCALE_DIR / "kit_language.txt"
+
+_chosen: contextvars.ContextVar[str | None] = contextvars.ContextVar("attention_course_language", default=None)
+
+
+def normalise(value) -> str | None:
+    """The language ``value`` names, as one of :data:`LANGUAGES`, or None when it names none of them.
+
+    ``zh``, ``zh_CN``, ``zh-CN``, ``zh-Hans``, ``zh_CN.UTF-8`` are Chinese; ``en``, ``en_GB``, ``C`` are English."""
+    if not isinstance(value, str):
+        return None
+    text = value.strip().split(".", 1)[0].replace("-", "_").lower()
+    if text in ("c", "posix") or text == "en" or text.startswith("en_"):
+        return ENGLISH
+    if text in ("zh", "zh_cn", "zh_hans", "zh_sg", "zh_hans_cn"):
+        return "zh_CN"
+    return None
+
+
+def kit_language(path: Path = KIT_LANGUAGE_FILE) -> str | None:
+    """The language the installed course kit was built in, or None (no kit file: the repository's own package)."""
+    try:
+        return normalise(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def learner_language(environ=None, kit_file: Path = KIT_LANGUAGE_FILE) -> str:
+    """A learner's language: ``ATTENTION_COURSE_LANG``, else the kit's, else English."""
+    environ = os.environ if environ is None else environ
+    return normalise(environ.get(ENVIRONMENT)) or kit_language(kit_file) or ENGLISH
+
+
+def chosen() -> str | None:
+    """The language a trusted caller chose for this context (:func:`speaking`, :func:`use`), or None."""
+    return _chosen.get()
+
+
+def active() -> str:
+    """The language messages are written in now: the one a trusted caller chose (:func:`speaking`), else the
+    learner's (:func:`learner_language`)."""
+    return _chosen.get() or learner_language()
+
+
+def use(language: str | None) -> contextvars.Token:
+    """Write this process's (this context's) messages in ``language`` from now on (English when it names none we
+    have). For a process that serves one class (a grading worker); returns the token :func:`restore` takes."""
+    return _chosen.set(normalise(language) or ENGLISH)
+
+
+def restore(token: contextvars.Token) -> None:
+    _chosen.reset(token)
+
+
+@contextlib.contextmanager
+def speaking(language: str | None):
+    """Messages written inside the block are in ``language`` (English when it names none we have)."""
+    token = use(language)
+    try:
+        yield
+    finally:
+        restore(token)
+
+
+def compiled_catalogue(language: str, domain: str = DOMAIN, localedir: Path = LOCALE_DIR) -> Path:
+    return localedir / f"{domain}.{language}.json"
+
+
+@functools.lru_cache(maxsize=None)
+def catalogue(language: str, domain: str = DOMAIN, localedir: Path = LOCALE_DIR) -> dict[str, str]:
+    """The compiled catalogue of ``domain`` in ``language``: ``{English: translation}``; empty for English or when
+    there is none (everything then reads in English)."""
+    if language == ENGLISH:
+        return {}
+    try:
+        table = json.loads(compiled_catalogue(language, domain, localedir).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(table, dict):
+        return {}
+    return {k: v for k, v in table.items() if isinstance(k, str) and isinstance(v, str)}
+
+
+def render(template: str, english: str, fields: dict) -> str:
+    """``template`` with its named fields filled; the English text when a translation does not format (a field
+    it names that the English has not: the catalogue tests forbid it, the learner must never see a KeyError)."""
+    try:
+        return template.format(**fields) if fields else template
+    except (KeyError, IndexError, ValueError):
+        return english.format(**fields) if fields else english
+
+
+def translate(msgid: str, language: str | None = None, domain: str = DOMAIN, localedir: Path = LOCALE_DIR,
+              **fields) -> str:
+    """``msgid`` in ``language`` (default: :func:`active`), its named fields filled with ``fields``."""
+    language = (normalise(language) or ENGLISH) if language else active()
+    template = catalogue(language, domain, localedir).get(msgid, msgid)
+    return render(template, msgid, fields)
+
+
+def tr(msgid: str, **fields) -> str:
+    """A message of this package in the active language: ``tr("result has shape {got}", got=...)``. The first
+    argument is always a literal (tests/test_messages.py collects every one and compares them with the catalogue)."""
+    return translate(msgid, **fields)
+
+
+def N_(msgid: str) -> str:  # noqa: N802 - gettext's name for "mark for translation, translate later"
+    """Marks a literal as a message translated where it is used (``tr(TABLE[key])``); returns it unchanged."""
+    return msgid

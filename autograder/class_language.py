@@ -1,0 +1,73 @@
+"""The class's language (issue 45): the language the grader writes a class's feedback pages, its check messages
+and its class report in, and the lookup of the grader's own sentences.
+
+The course configuration says it, in the file stock nbgrader and the grader both read
+(``autograder/nbgrader_config.py``, loaded by :func:`autograder.late_policy.load_config`)::
+
+    c.AttentionCourse.language = "zh_CN"   # or "zh"; "en" (the default) when unset
+
+A value that names no language the course has reads as English. The grader never takes the language from its
+environment or from a learner's kernel: the trusted process decides every check and writes every message
+(:mod:`autograder.trusted`) inside :func:`attention_course.language.speaking` with the class's language, so a
+notebook that sets ``ATTENTION_COURSE_LANG`` in its kernel changes its own kernel's text and nothing the grader
+writes. A notebook's own language does not matter either: a class may mix English and Chinese notebooks (the
+same grade_ids, the same checks), and every learner's page is in the class's language.
+
+The grader's sentences are keyed by their English text in ``locales/<lang>/LC_MESSAGES/autograder.po`` (read with
+Babel; an untranslated or fuzzy entry reads in English). ``python -m autograder messages`` keeps it in line with
+the code (autograder/messages.py). Messages of the check library come from ``attention_course.po``
+(:mod:`attention_course.language`).
+"""
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+from babel.messages.pofile import read_po
+
+from attention_course.language import ENGLISH, chosen, normalise, render
+
+from .course import REPO_ROOT, Course
+from .late_policy import load_config
+
+CONFIG_SECTION = "AttentionCourse"
+CONFIG_KEY = "language"
+DOMAIN = "autograder"
+LOCALES = REPO_ROOT / "locales"
+
+
+def class_language(course: Course) -> str:
+    """The class's language from the course configuration: one of ``attention_course.language.LANGUAGES``."""
+    section = load_config(course).get(CONFIG_SECTION) or {}
+    return normalise(section.get(CONFIG_KEY)) or ENGLISH
+
+
+def catalogue_path(language: str, domain: str = DOMAIN, locales: Path = LOCALES) -> Path:
+    return locales / language / "LC_MESSAGES" / f"{domain}.po"
+
+
+@functools.lru_cache(maxsize=None)
+def translations(language: str, domain: str = DOMAIN, locales: Path = LOCALES) -> dict[str, str]:
+    """``{English: translation}`` of every translated, non-fuzzy entry of the grader's catalogue."""
+    if language == ENGLISH:
+        return {}
+    try:
+        with open(catalogue_path(language, domain, locales), "rb") as fh:
+            catalog = read_po(fh)
+    except OSError:
+        return {}
+    return {m.id: m.string for m in catalog if m.id and isinstance(m.id, str) and m.string and not m.fuzzy}
+
+
+def page_language() -> str:
+    """The language of the page being written, as HTML's ``lang`` attribute says it (``en``, ``zh-CN``): a browser
+    picks its fonts by it (a Chinese page drawn with a Japanese font's glyphs is legible but wrong)."""
+    return (chosen() or ENGLISH).replace("_", "-")
+
+
+def tr(msgid: str, **fields) -> str:
+    """One of the grader's sentences in the language chosen for this grading (English unless a caller chose one
+    with ``attention_course.language.speaking``), its named fields filled. The first argument is a literal
+    (tests/test_messages.py compares every one with the catalogue)."""
+    language = chosen() or ENGLISH
+    return render(translations(language).get(msgid, msgid), msgid, fields)
