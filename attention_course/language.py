@@ -43,9 +43,10 @@ PACKAGE = Path(__file__).resolve().parent
 # Compiled catalogues, data/<domain>.<lang>.json: flat in the package's data folder (a folder per language would be
 # a folder the packaging has to be told about, as attention_course.data was).
 LOCALE_DIR = PACKAGE / "data"
-# The kit's language: one line (a language name, e.g. "zh_CN") in this file of the package's data folder, written
-# only into a kit's wheel (``python -m autograder kit --lang zh``); the repository has none (English).
-KIT_LANGUAGE_FILE = LOCALE_DIR / "kit_language.txt"
+# The kit's language: one line (a language name, e.g. "zh_CN") in this file of the package, written only into a
+# kit's wheel (``python -m autograder kit --lang zh``: autograder/kit.py, KIT_LANGUAGE_FILE); the repository has
+# none (English).
+KIT_LANGUAGE_FILE = PACKAGE / "kit_language"
 
 _chosen: contextvars.ContextVar[str | None] = contextvars.ContextVar("attention_course_language", default=None)
 

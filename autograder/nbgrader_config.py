@@ -38,6 +38,10 @@ c.ExecutePreprocessor.timeout = 300
 # Content-Security-Policy can be served for them; the sanitised notebook is what keeps them inert.
 c.HTMLExporter.sanitize_html = True
 
+# The class's language (docs/instructors.md, "The class's language"): feedback pages, their check messages and the
+# class report. Unset: English. autograder/class_language.py reads it.
+#   c.AttentionCourse.language = "zh_CN"
+
 # Late submissions (docs/instructors.md, "Deadlines"). A chapter's due date is set with
 # `python -m autograder deadlines CHAPTER --due ISO` (or `nbgrader db assignment add CHAPTER --duedate=...`),
 # a learner's extension with `--extend STUDENT=HOURS`. The policy below is read both by stock

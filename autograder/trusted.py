@@ -74,7 +74,7 @@ from typing import TYPE_CHECKING
 
 from attention_course.encoding import PYTHON_NAMES, decode, validate
 from attention_course.kinds import REGISTRY, decide
-from attention_course.language import LANGUAGES, N_
+from attention_course.language import ENGLISH, LANGUAGES, N_, chosen
 from attention_course.selfcheck import exercise_name
 from attention_course.verdicts import HIDDEN_EXCEPTION_NAMES
 
@@ -617,16 +617,24 @@ def _public_message(message: str) -> str:
 
 def exercise_names(chapter: str, course_root: Path | None = None) -> dict[str, str]:
     """``{grade_id: "Exercise 1: `masked_softmax`"}`` for the chapter's graded test cells, read from the course's
-    own source notebook (the course's text, never the learner's copy of it); empty when there is none."""
+    own text, never the learner's copy of it: the chapter's release in the language of this grading
+    (``chapters_zh/`` for a Chinese class, the same grade_ids), else its English source notebook (with the word
+    "Exercise" translated); empty when there is none."""
     from attention_course.cells import grade_id, is_graded_test
     from attention_course.selfcheck import exercises
 
     from .course import Course
 
-    try:
-        path = (Course(course_root) if course_root else Course()).source_notebook(str(chapter))
-        nb = json.loads(path.read_text())
-    except (OSError, ValueError):
+    course = Course(course_root) if course_root else Course()
+    lang = chosen()
+    places = [course.translated_release_notebook(str(chapter), lang)] if lang and lang != ENGLISH else []
+    for path in [*places, course.source_notebook(str(chapter))]:
+        try:
+            nb = json.loads(path.read_text(encoding="utf-8"))
+            break
+        except (OSError, ValueError):
+            continue
+    else:
         return {}
     where = exercises(nb)
     return {grade_id(c): exercise_name(where[c["id"]]) for c in nb["cells"]

@@ -43,7 +43,7 @@ def test_language_names_are_normalised(value, wanted):
 
 
 def test_the_environment_beats_the_kit_which_beats_english(tmp_path):
-    kit = tmp_path / "kit_language.txt"
+    kit = tmp_path / "kit_language"
     assert language.learner_language({}, kit) == "en", "no variable, no kit file: English"
     kit.write_text("zh_CN\n")
     assert language.learner_language({}, kit) == ZH, "a Chinese kit speaks Chinese"
