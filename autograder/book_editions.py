@@ -97,12 +97,6 @@ def markdown_pages(course: Course) -> list[Path]:
     return [course.root / f"{page}.md" for page in toc_pages(course) if (course.root / f"{page}.md").is_file()]
 
 
-def page_text(page: Path) -> notebook_text.CellText:
-    """A Markdown page as one cell's segments: its units are split as a notebook's markdown cell's are."""
-    return notebook_text.CellText(0, page.stem, "markdown", "markdown",
-                                  notebook_text.markdown_segments(page.read_text().split("\n")))
-
-
 def new_catalogue(edition: Edition) -> Catalog:
     return Catalog(locale=edition.locale, domain="book", project=COURSE_ID, version="1",
                    header_comment=BOOK_HEADER.format(lang=edition.locale),
@@ -124,9 +118,8 @@ def book_template(course: Course, edition: Edition) -> Catalog:
 
     for page in markdown_pages(course):
         where = page.relative_to(course.root).as_posix()
-        for unit in page_text(page).units():
-            if notebook_text.has_prose(unit.msgid):
-                add(unit.msgid, where, f"{where}: {unit.kind}")
+        for unit in notebook_text.markdown_units(page.read_text()):  # split as a notebook's markdown cell is
+            add(unit.msgid, where, f"{where}: {unit.kind}")
     config = yaml.safe_load((course.root / "_config.yml").read_text())
     for key in TRANSLATED_CONFIG_KEYS:
         add(config[key], "_config.yml", f"_config.yml: {key}")
@@ -167,13 +160,13 @@ def translated(entries: Catalog, text: str) -> str | None:
 
 def translated_page(page: Path, entries: Catalog) -> str:
     """The Markdown page with every unit ``entries`` translates replaced (the rest, code included, as it is)."""
-    return notebook_text.source_of(page_text(page), lambda msgid: translated(entries, msgid))
+    return notebook_text.translate_markdown(page.read_text(), lambda msgid: translated(entries, msgid))[0]
 
 
 def release_for(course: Course, edition: Edition, chapter: str) -> Path:
     """The chapter's release in ``edition``: the Chinese one where it has been generated, else the English one."""
-    if edition.site_dir:
-        own = course.root / f"chapters_{edition.code}" / chapter / f"{chapter}.ipynb"
+    if edition.locale:
+        own = course.translated_release_notebook(chapter, edition.locale)
         if own.is_file():
             return own
     return course.release_notebook(chapter)

@@ -14,7 +14,9 @@
 - The book has two editions (autograder/book_editions.py): every page gets ``language_switch``, the link to the same
   page in the other edition (``book_templates/language-switch.html`` shows it in the article's header), and an
   ``hreflang`` alternate link in its head. The Chinese edition is built from a generated source tree, so
-  ``course_root`` (set by book_editions) names the course its kit and install text come from.
+  ``course_root`` (set by book_editions) names the course its kit and install text come from. Each edition hands
+  out the kit in its language (``python -m autograder kit --lang zh``: the Chinese releases and README, messages in
+  Chinese by default) and says how to install it in that language (``kit.po``).
 """
 from __future__ import annotations
 
@@ -40,7 +42,9 @@ class CourseKit(SphinxDirective):
 
     def run(self) -> list[nodes.Node]:
         to_root = "../" * self.env.docname.count("/")
-        text = kit.install_markdown(kit.wheel_filename(course_of(self.config, self.env.srcdir)), to_root)
+        course = course_of(self.config, self.env.srcdir)
+        template = kit.texts_in(course, kit_language(self.config)).install  # the edition's language (kit.po)
+        text = kit.install_markdown(kit.wheel_filename(course), to_root, template)
         box = nodes.container(classes=["course-kit"])
         self.state.nested_parse(StringList(text.splitlines(), source=self.env.docname), self.content_offset, box)
         return [box]
@@ -49,6 +53,11 @@ class CourseKit(SphinxDirective):
 def course_of(config, srcdir) -> Course:
     """The course the book is built from: its source folder, or ``course_root`` for a generated edition's."""
     return Course(config.course_root or srcdir)
+
+
+def kit_language(config) -> str | None:
+    """The language of the kit an edition hands out: its catalogues' (``zh_CN``), None for English."""
+    return book_editions.edition_of(config.language).locale or None
 
 
 def add_language_switch(app: Sphinx, pagename: str, templatename: str, context: dict, doctree) -> None:
@@ -79,7 +88,7 @@ def check_launch_settings(app: Sphinx, config) -> None:
 
 def add_kit_to_site(app: Sphinx, exception: Exception | None) -> None:
     if exception is None and app.builder.format == "html":
-        kit.build_site_files(course_of(app.config, app.srcdir), app.outdir)
+        kit.build_site_files(course_of(app.config, app.srcdir), app.outdir, kit_language(app.config))
 
 
 def setup(app: Sphinx) -> dict:

@@ -6,6 +6,7 @@ import functools
 import hashlib
 import html
 import html.parser
+import json
 import os
 import re
 import http.server
@@ -24,7 +25,7 @@ import pytest
 pytestmark = pytest.mark.services
 import yaml
 
-from autograder import book_editions, kit
+from autograder import book_editions, kit, kit_texts
 from autograder.course import Course
 
 from .browser import Browser
@@ -39,11 +40,12 @@ MATH_DONE = ("(window.MathJax && MathJax.startup && MathJax.startup.promise ? "
 
 # What the built book is made of: a build is reused only while none of these has changed. The site also offers the
 # learner kit (autograder/book_site.py), built from the learner package and the course's pins. The Chinese edition
-# (autograder/book_editions.py) adds its releases, the book's catalogue and the code that translates the front page.
+# (autograder/book_editions.py) adds its releases, the book's and the kit's catalogues and the code that reads them.
 BOOK_SOURCES = ("_config.yml", "_toc.yml", "index.md", "chapters", "assets", "book_static", "attention_course",
                 "autograder/kit.py", "autograder/book_site.py", "pyproject.toml", "requirements.txt",
                 "chapters_zh", "book_templates", "locales/zh_CN/LC_MESSAGES/book.po", "autograder/book_editions.py",
-                "autograder/notebook_text.py")
+                "autograder/notebook_text.py", "locales/zh_CN/LC_MESSAGES/kit.po", "autograder/kit_texts.py",
+                "autograder/translations.py")
 # Each edition: its folder in the site (English at the root, as every test here always had it).
 EDITIONS = {edition.code: edition for edition in book_editions.EDITIONS}
 
@@ -183,16 +185,57 @@ def test_landing_page_explains_the_course(server, browser):
     page.close()
 
 
+def chinese_share(text: str) -> tuple[int, float]:
+    """(Chinese characters in ``text``, their share of its letters): a translated chapter keeps some English (the
+    terms in parentheses at first use, names such as softmax or PyTorch), an untranslated one has next to none."""
+    chinese = len(re.findall(r"[\u4e00-\u9fff]", text))
+    latin = len(re.findall(r"[A-Za-z]", text))
+    return chinese, chinese / max(1, chinese + latin)
+
+
+def test_the_chinese_front_page_is_the_front_page_in_chinese(server, browser):
+    """zh/index.html: the front page's text from book.po (its headings, the course's title in the navigation and
+    the chapters' caption), links to every Chinese chapter page, and a clean console."""
+    page = browser.open(f"{server}/zh/index.html", "true")
+    assert page.evaluate("document.documentElement.lang") == "zh-CN"
+    text = page.evaluate("document.body.innerText")
+    for phrase in ("从零实现注意力机制", "如何使用本课程", "全书通用的约定", "各章", "nbval"):
+        assert phrase in text, f"{phrase!r} is not on the Chinese front page"
+    assert "How to use this course" not in text
+    chinese, share = chinese_share(page.evaluate("(() => { const m = document.querySelector('main').cloneNode(true);"
+                                                 " m.querySelectorAll('pre, code').forEach(e => e.remove());"
+                                                 " return m.textContent; })()"))
+    assert chinese >= 800 and share >= 0.6, f"{chinese} Chinese characters, {share:.0%} of the letters"
+    links = page.evaluate("Array.from(document.querySelectorAll('main a')).map(a => a.href)")
+    for chapter in PAGES:
+        assert f"{server}/zh/{chapter}.html" in links, f"no link to the Chinese {chapter}"
+    assert not page.errors, page.errors
+    page.close()
+
+
 @pytest.mark.timeout(120)
+@pytest.mark.parametrize("edition", EDITIONS)
 @pytest.mark.parametrize("chapter", PAGES)
-def test_chapter_page_renders(server, browser, chapter):
-    page = browser.open(f"{server}/{chapter}.html", MATH_DONE, timeout=60)
+def test_chapter_page_renders(server, browser, chapter, edition):
+    """Each chapter's page in each edition: typeset math and no TeX left, its figures and its notebook's download;
+    the Chinese edition's page in Chinese (the language Sphinx was told, and Chinese prose)."""
+    where = f"{EDITIONS[edition].site_dir}/" if EDITIONS[edition].site_dir else ""
+    page = browser.open(f"{server}/{where}{chapter}.html", MATH_DONE, timeout=60)
     typeset = page.evaluate("document.querySelectorAll('mjx-container').length")
     assert typeset >= 5, f"only {typeset} typeset formulas"
     # The prose, without code and outputs (where `$` and backslashes are legitimate): every formula typeset.
     prose = page.evaluate("(() => { const m = document.querySelector('main').cloneNode(true);"
-                          " m.querySelectorAll('pre, code, script, style, .cell_output, .highlight').forEach(e => e.remove());"
+                          " m.querySelectorAll('pre, code, script, style, .cell_output, .highlight, mjx-container')"
+                          ".forEach(e => e.remove());"
                           " return m.textContent; })()")
+    if EDITIONS[edition].site_dir:
+        assert page.evaluate("document.documentElement.lang") == EDITIONS[edition].hreflang
+        chinese, share = chinese_share(prose)
+        assert chinese >= 1000 and share >= 0.6, (
+            f"the Chinese page reads as English: {chinese} Chinese characters, {share:.0%} of its letters "
+            f"(is chapters_zh/{Path(chapter).name} released? python -m autograder release)")
+        heading = page.evaluate("document.querySelector('main h1').textContent")
+        assert chinese_share(heading)[0] > 0, f"the chapter's title is not Chinese: {heading!r}"
     for raw in ("\\(", "\\[", "$$"):
         assert raw not in prose, f"raw TeX delimiter {raw!r} left on the page"
     left = re.search(r"\$[^$\n]{1,200}\$|\\[a-zA-Z]{2,}", prose)
@@ -306,6 +349,37 @@ def test_the_front_page_and_every_chapter_page_offer_the_course_kit(book, page):
         names = set(whole.namelist())
         assert whole.read(f"attention-kit/wheels/{wheel}") == site_wheel, "the zip's wheel is not the site's"
     assert {f"attention-kit/{c}.ipynb" for c in PAGES} | {"attention-kit/README.md"} <= names
+
+
+@pytest.mark.parametrize("page", ["index", *PAGES])
+def test_the_chinese_edition_hands_out_the_chinese_kit(book, page):
+    """zh/ has a kit of its own, linked from its front page and every chapter page with the install text in Chinese
+    (kit.po): the zip holds the Chinese releases (what `python -m autograder kit --lang zh` writes) and the same wheel
+    as zh/wheels/, a wheel whose messages default to Chinese."""
+    site = book / book_editions.CHINESE.site_dir
+    html_page = site / f"{page}.html"
+    wheel = kit.wheel_filename(COURSE)
+    text = page_text(html_page)
+    chinese_install = kit.texts_in(COURSE, book_editions.CHINESE.locale).install
+    lead = re.match(r"\*\*(.+?)\*\*", chinese_install).group(1)  # "Get the course kit." in Chinese
+    assert chinese_share(lead)[0] > 0 and lead in text and kit.pip_line(wheel) in text, f"{page}: no Chinese install text"
+    links = {Path(href).name: linked_file(book, html_page, href) for href, _, _ in anchors(html_page)
+             if href and href.endswith((".whl", ".zip"))}
+    zh = Path(book_editions.CHINESE.site_dir)
+    assert links == {wheel: zh / kit.SITE_WHEELS / wheel, kit.SITE_ZIP: zh / kit.SITE_ZIP}, links
+    if page != "index":
+        return  # the zip is the same for every page: read it once
+    with zipfile.ZipFile(book / links[kit.SITE_ZIP]) as whole:
+        assert whole.read(f"attention-kit/wheels/{wheel}") == (book / links[wheel]).read_bytes()
+        for chapter in PAGES:
+            shipped = json.loads(whole.read(f"attention-kit/{chapter}.ipynb"))
+            release = json.loads(COURSE.translated_release_notebook(Path(chapter).name,
+                                                                     book_editions.CHINESE.locale).read_text())
+            assert [c["source"] for c in shipped["cells"]] == [
+                c["source"] for c in release["cells"] if c.get("id") != kit_texts.GENERATED_NOTE_ID], (
+                f"the Chinese kit's {chapter} is not the Chinese release")
+    with zipfile.ZipFile(book / links[wheel]) as built:
+        assert built.read(f"attention_course/{kit.KIT_LANGUAGE_FILE}").decode().strip() == "zh_CN"
 
 
 def test_no_launch_link_and_no_dead_link_by_default(book):

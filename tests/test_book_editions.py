@@ -4,7 +4,6 @@ back fuzzy and reads in English until it is translated again, the generated sour
 its language, title, captions and front page translated, and the language switch links a page to its translation."""
 from __future__ import annotations
 
-import collections
 import os
 import shutil
 from pathlib import Path
@@ -33,11 +32,6 @@ def problems_of(course: Course) -> list[str]:
     return problems
 
 
-def placeholders(text: str) -> collections.Counter:
-    """Math, code spans, HTML tags and link targets: what a translation moves but never rewrites."""
-    return collections.Counter(m.group(0) for m in notebook_text.NOT_PROSE.finditer(text))
-
-
 def test_book_po_translates_every_unit_of_the_current_pages_and_nothing_else():
     assert book_editions.catalogue_path(COURSE, CHINESE).is_file(), "no book.po: python -m autograder.book_editions update"
     problems = problems_of(COURSE)
@@ -49,7 +43,7 @@ def test_book_po_keeps_every_placeholder_and_reads_as_chinese():
     for message in book_editions.catalogue(COURSE, CHINESE):
         if not message.id or not message.string:
             continue
-        assert placeholders(message.string) == placeholders(message.id), (
+        assert notebook_text.placeholders(message.string) == notebook_text.placeholders(message.id), (
             f"math, code, tags or links differ between {message.id[:60]!r} and its translation")
         assert any("\u4e00" <= ch <= "\u9fff" for ch in message.string), f"not Chinese: {message.string[:60]!r}"
 
