@@ -96,7 +96,11 @@ def fail(message: str, hint: str = "", hidden: str | None = None) -> Verdict:
     """A failed verdict. ``hidden`` is the same sentence with every quote of the learner's value left out
     (``None``: the message quotes nothing of it)."""
     def with_hint(text: str) -> str:
-        return tr("{message}. {hint}", message=text, hint=hint).strip() if hint else text
+        if not hint:
+            return text
+        if text.rstrip()[-1:] in ("?", "!", ".", "？", "！", "。"):  # a question ends its own sentence
+            return tr("{message} {hint}", message=text, hint=hint).strip()
+        return tr("{message}. {hint}", message=text, hint=hint).strip()
 
     return Verdict(False, with_hint(message), with_hint(message if hidden is None else hidden))
 

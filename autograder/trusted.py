@@ -690,7 +690,10 @@ def feedback_html(result: GradingResult) -> str:
     # A whole page with a head, so the browser applies the policy: no script, no remote resource (issue 24). Its
     # lang attribute lets a browser pick the right fonts for the class's language.
     parts = [f"<!DOCTYPE html><html lang='{page_language()}'><head><meta charset='utf-8'>{CSP_META}"
-             f"<title>{esc(tr('Feedback'))}</title></head><body>",
+             f"<title>{esc(tr('Feedback'))}</title>"
+             # Chinese text breaks between any two characters: the result and points columns keep to one line.
+             "<style>.attention-course-feedback th,.attention-course-feedback td:nth-child(2),"
+             ".attention-course-feedback td:nth-child(3){white-space:nowrap}</style></head><body>",
              "<div class='attention-course-feedback'>",
              "<h2>" + esc(tr("{chapter}: {score} / {max_score} points", chapter=result.chapter,
                              score=f"{result.score:g}", max_score=f"{result.max_score:g}")) + "</h2>"]
