@@ -125,9 +125,15 @@ def main(argv: list[str]) -> int:
 
         return serve_main(rest)
     if command == "nbgrader":
+        from attention_course.language import ENVIRONMENT
+
+        from .class_language import class_language
+
         course = Course()
-        return subprocess.call([sys.executable, "-m", "nbgrader", *rest], env=course.nbgrader_env(),
-                               cwd=course.root)
+        # Under stock nbgrader the kernels decide the checks and their messages are what its feedback shows: they
+        # speak the class's language (autograder/class_language.py), not whatever the instructor's shell has.
+        env = {**course.nbgrader_env(), ENVIRONMENT: class_language(course)}
+        return subprocess.call([sys.executable, "-m", "nbgrader", *rest], env=env, cwd=course.root)
     print(f"unknown command {command!r}\n{__doc__}", file=sys.stderr)
     return 2
 

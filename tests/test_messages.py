@@ -222,6 +222,22 @@ def test_a_feedback_page_in_chinese(monkeypatch):
     assert "<html lang='en'>" in english and "Fix first:" in english and "先改这里" not in english
 
 
+def test_stock_nbgraders_kernels_speak_the_class_language(tmp_path, monkeypatch):
+    """``python -m autograder nbgrader autograde ...``: the kernels stock nbgrader starts write the check messages its
+    feedback shows, so they get the class's language, whatever the instructor's shell says."""
+    import autograder.__main__ as commands
+
+    course = Course().copy_to(tmp_path / "course", with_release=False)
+    config = course.root / "autograder" / "nbgrader_config.py"
+    config.write_text(config.read_text() + '\nc.AttentionCourse.language = "zh"\n')
+    seen = {}
+    monkeypatch.setattr(commands, "Course", lambda: course)
+    monkeypatch.setattr(commands.subprocess, "call", lambda argv, env, cwd: seen.update(env) or 0)
+    monkeypatch.setenv(ENVIRONMENT, "en")
+    assert commands.main(["nbgrader", "--version"]) == 0
+    assert seen[ENVIRONMENT] == ZH
+
+
 def test_the_class_language_is_the_course_configurations(tmp_path):
     course = Course().copy_to(tmp_path / "course", with_release=False)
     assert class_language.class_language(course) == "en", "unset: English"
