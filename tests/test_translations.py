@@ -50,6 +50,11 @@ def without_docstrings(source: str) -> str:
     return ast.dump(tree)
 
 
+def markdown_skeleton(source: str) -> list[str]:
+    """Everything of a markdown cell that is not a translation unit, in order."""
+    return [s for s in notebook_text.markdown_segments(source.split("\n")) if isinstance(s, str) and s]
+
+
 def must_stay_verbatim(cell) -> bool:
     """nbgrader checksums graded test cells and locked cells: their source is the English one, byte for byte."""
     return cell.cell_type == "code" and (is_graded_test(cell) or bool(nbgrader_meta(cell).get("locked")))
@@ -237,6 +242,10 @@ def test_chinese_release_differs_from_english_only_in_text(chapter):
     for a, b in zip(en.cells, zh.cells):
         assert b.metadata == a.metadata, f"{a.id}: metadata differs"
         assert b.get("attachments") == a.get("attachments"), f"{a.id}: attachments differ"
+        if a.cell_type == "markdown" and a.id not in kit_texts.ADDED_CELLS:
+            # The same skeleton: headings, list markers, table pipes, fences, display math and hints in the same
+            # places (a "|" in a translated table cell or a translated line starting with "- " would show here).
+            assert markdown_skeleton(b.source) == markdown_skeleton(a.source), f"{a.id}: the markdown's structure changed"
         if a.cell_type != "code":
             continue
         assert b.outputs == a.outputs and b.execution_count == a.execution_count, f"{a.id}: outputs differ"
