@@ -19,6 +19,8 @@ paragraph comes in untranslated, a changed one fuzzy: tests/test_book_editions.p
 from __future__ import annotations
 
 import argparse
+import html
+import re
 import shutil
 import subprocess
 import sys
@@ -57,6 +59,13 @@ BOOK_HEADER = ("# {lang} translation of the book's own pages of Attention from s
                "# edit msgstr lines only (and remove a `fuzzy` flag once the entry is right again);\n"
                "# locales/{lang}/glossary.md gives the terms.\n"
                "#")
+# The book's schematic diagrams (SVG, linked from the chapters' text): every label with a word in it (three or more
+# letters) goes through book.po, a name from the code (``KVCache``, ``k_proj``) translated as itself; a symbol or a
+# shape ("Q", "(Tq, d)") stays as drawn. (The chapters' plots are stored outputs, the same PNGs in both editions:
+# they keep their short English axis names.)
+DIAGRAMS = "assets/diagrams"
+SVG_TEXT = re.compile(r"(<text\b[^>]*>)([^<]*)(</text>)")
+WORD = re.compile(r"[A-Za-z]{3,}")
 # Sphinx config values that name files relative to the English book's folder: absolute in the generated source.
 PATH_SETTINGS = ("html_static_path", "templates_path", "html_favicon")
 
@@ -97,6 +106,26 @@ def markdown_pages(course: Course) -> list[Path]:
     return [course.root / f"{page}.md" for page in toc_pages(course) if (course.root / f"{page}.md").is_file()]
 
 
+def diagram_labels(svg: str) -> list[str]:
+    """The labels of an SVG diagram that go through the catalogue (:data:`DIAGRAMS`), as a reader sees them."""
+    labels = (" ".join(html.unescape(m.group(2)).split()) for m in SVG_TEXT.finditer(svg))
+    return [label for label in labels if WORD.search(label)]
+
+
+def translated_diagram(svg: str, entries: Catalog) -> str:
+    """The SVG with each label ``entries`` translates replaced; everything else (layout, symbols) as drawn."""
+    def label(m: re.Match) -> str:
+        text = " ".join(html.unescape(m.group(2)).split())
+        found = translated(entries, text) if WORD.search(text) else None
+        return m.group(1) + html.escape(found, quote=False) + m.group(3) if found else m.group(0)
+
+    return SVG_TEXT.sub(label, svg)
+
+
+def diagrams(course: Course) -> list[Path]:
+    return sorted((course.root / DIAGRAMS).glob("*.svg"))
+
+
 def new_catalogue(edition: Edition) -> Catalog:
     return Catalog(locale=edition.locale, domain="book", project=COURSE_ID, version="1",
                    header_comment=BOOK_HEADER.format(lang=edition.locale),
@@ -126,6 +155,10 @@ def book_template(course: Course, edition: Edition) -> Catalog:
     for part in toc(course).get("parts", []):
         if part.get("caption"):
             add(part["caption"], "_toc.yml", "_toc.yml: a part's caption (the navigation's heading over its chapters)")
+    for svg in diagrams(course):
+        where = svg.relative_to(course.root).as_posix()
+        for label in diagram_labels(svg.read_text()):
+            add(label, where, f"{where}: a diagram's label (keep it about as wide as the English: it sits in a drawing)")
     return catalog
 
 
@@ -220,6 +253,8 @@ def write_source(course: Course, edition: Edition, out: Path) -> Path:
                                                     sort_keys=False))
     (out / "_toc.yml").write_text(yaml.safe_dump(source_toc(course, entries), allow_unicode=True, sort_keys=False))
     shutil.copytree(course.root / "assets", out / "assets")
+    for svg in diagrams(course):
+        (out / svg.relative_to(course.root)).write_text(translated_diagram(svg.read_text(), entries))
     pages = markdown_pages(course)
     for page in pages:
         dest = out / page.relative_to(course.root)
