@@ -593,6 +593,29 @@ _PUBLIC_REASONS = [(re.compile(p), s) for p, s in (
 )]
 _BROKE_PYTHON = "kernel died (the notebook broke the Python it runs in"
 
+# The flags of the structure repair and the intake that a feedback page shows in the class's language, as
+# (pattern, sentence) like the reasons above; a flag of another kind is shown as it was written. Only grade_ids of
+# the course's own cells fill them (the repair names no id of the learner's: autograder/structure.py).
+_FLAGS = [(re.compile(p), s) for p, s in (
+    (r"duplicated grade_id (?P<test>\S+): the extra copy runs as an ordinary cell",
+     N_("duplicated grade_id {test}: the extra copy runs as an ordinary cell")),
+    (r"duplicated grade_id (?P<test>\S+): extra copy removed", N_("duplicated grade_id {test}: extra copy removed")),
+    (r"a cell with a grade_id the chapter does not have: its nbgrader metadata was removed",
+     N_("a cell with a grade_id the chapter does not have: its nbgrader metadata was removed")),
+    (r"solution cell (?P<test>\S+) was changed from (?P<was>\w+) to (?P<now>\w+); it runs as (?P<runs>\w+)",
+     N_("solution cell {test} was changed from {was} to {now}; it runs as {runs}")),
+    (r"deleted solution cell (?P<test>\S+) \(not restored: write your answer in it\)",
+     N_("deleted solution cell {test} (not restored: write your answer in it)")),
+    (r"deleted test cell (?P<test>\S+) restored", N_("deleted test cell {test} restored")),
+    (r"deleted read-only cell (?P<test>\S+) restored", N_("deleted read-only cell {test} restored")),
+    (r"edited test cell (?P<test>\S+) restored", N_("edited test cell {test} restored")),
+    (r"edited read-only cell (?P<test>\S+) restored", N_("edited read-only cell {test} restored")),
+    (r"a cell's nbgrader metadata was not valid \(nbgrader would not accept it\) and was removed",
+     N_("a cell's nbgrader metadata was not valid (nbgrader would not accept it) and was removed")),
+    (r"text that is not valid Unicode was replaced \(U\+FFFD\)",
+     N_("text that is not valid Unicode was replaced (U+FFFD)")),
+)]
+
 
 def public_reason(reason: str) -> str:
     """A result's reason as a learner's feedback shows it (see ``_PUBLIC_REASONS``), in the class's language."""
@@ -604,6 +627,16 @@ def public_reason(reason: str) -> str:
     if reason.startswith(_BROKE_PYTHON):
         return tr("kernel died (the notebook broke the Python it runs in)")
     return tr("the notebook could not be graded normally (your instructor can see why)")
+
+
+def public_flag(flag: str) -> str:
+    """A flag as a learner's feedback shows it: in the class's language where it is one of ``_FLAGS``."""
+    flag = str(flag)
+    for pattern, sentence in _FLAGS:
+        match = pattern.fullmatch(flag)
+        if match:
+            return tr(sentence, **match.groupdict())
+    return flag
 
 
 def _public_message(message: str) -> str:
@@ -720,7 +753,7 @@ def feedback_html(result: GradingResult) -> str:
                                                reason=esc(public_reason(result.reason))) + "</p>")
     if result.flags:
         parts.append("<p>" + esc(tr("Changes the grader made to your notebook:")) + "</p><ul class='flags'>")
-        parts.extend(f"<li>{esc(f)}</li>" for f in result.flags)
+        parts.extend(f"<li>{esc(public_flag(f))}</li>" for f in result.flags)
         parts.append("</ul>")
     names = exercise_names(result.chapter)
     parts.extend(_lead(result, names))

@@ -17,7 +17,7 @@ import nbformat
 import pytest
 from bs4 import BeautifulSoup
 
-from attention_course.cells import grade_id, is_solution
+from attention_course.cells import grade_id, is_graded_test, is_solution
 from autograder import submissions
 from autograder.output_files import REPORT_NAME
 
@@ -26,7 +26,7 @@ from .batch_support import CHAPTER, REPO, child_env, grade_cmd, make_course
 CJK = re.compile(r"[\u4e00-\u9fff]")
 # Sentences of the English pages that a Chinese page must not show.
 ENGLISH = ("Fix first", "Not implemented yet", " points</h2>", "values are wrong", "hidden check", "did not run",
-           "<th>what to look at</th>", ">passed<", ">failed<", "result has", "the cell stopped")
+           "<th>what to look at</th>", ">passed<", ">failed<", "result has", "the cell stopped", "restored")
 
 
 def _chinese_reference() -> nbformat.NotebookNode:
@@ -41,6 +41,13 @@ def _chinese_reference() -> nbformat.NotebookNode:
     return nb
 
 
+def _tampered() -> nbformat.NotebookNode:
+    """The reference with its first graded test cell emptied: the grader restores it and says so (a flag)."""
+    nb = submissions.reference(REPO, CHAPTER)
+    next(c for c in nb.cells if is_graded_test(c)).source = "pass  # nothing to check here\n"
+    return nb
+
+
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):
     mistakes = submissions.load_mistakes(REPO, CHAPTER)[:3]
@@ -49,7 +56,7 @@ def graded(tmp_path_factory):
     members = {"reference-en": submissions.reference(REPO, CHAPTER), "reference-zh": _chinese_reference(),
                "blank": submissions.blank(REPO, CHAPTER),
                **{f"mistake-{m.id}": submissions.with_mistake(REPO, CHAPTER, m) for m in mistakes[:2]},
-               "claims-english": claims}
+               "claims-english": claims, "tampered": _tampered()}
     course = make_course(tmp_path_factory.mktemp("chinese-class"), members=members)
     config = course.root / "autograder" / "nbgrader_config.py"
     config.write_text(config.read_text() + '\nc.AttentionCourse.language = "zh_CN"\n')
@@ -109,6 +116,7 @@ def test_mistakes_and_a_blank_notebook_are_told_their_symptoms_in_chinese(graded
         assert failed and all(messages for messages in failed), f"{student}: a failed cell without a symptom"
     # the kernel that set ATTENTION_COURSE_LANG=en for itself got the same language as everyone
     assert _cells(pages["claims-english"]) and CJK.search(pages["claims-english"])
+    assert re.search(r"<li>被修改的测试单元格 \w+ 已恢复原样</li>", pages["tampered"]), "the repair's flag"
 
 
 @pytest.mark.sandbox

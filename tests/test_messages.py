@@ -210,7 +210,8 @@ def test_a_feedback_page_in_chinese(monkeypatch):
                              "messages": ["not graded: file too large (12 MB; the limit is 5 MB)"]},
              "test_masked_softmax_visible": {"score": 1, "max_score": 1, "passed": True, "messages": []}}
     result = GradingResult.of({"chapter": "03_scoring_functions", "student": "s", "status": "graded",
-                               "reason": "kernel died (out of memory: limit 2048 MB)", "cells": cells})
+                               "reason": "kernel died (out of memory: limit 2048 MB)", "cells": cells,
+                               "flags": ["edited test cell test_scores restored", "a flag of another kind"]})
     with speaking(ZH):
         page = trusted.feedback_html(result)
     assert "<html lang='zh-CN'>" in page and "<title>反馈</title>" in page
@@ -218,6 +219,7 @@ def test_a_feedback_page_in_chinese(monkeypatch):
     assert "内核退出了（内存不足：上限为 2048 MB）" in page
     assert "未批改：文件太大（12 MB；上限为 5 MB）" in page
     assert "<strong>先改这里：</strong>" in page and "<th>测试</th>" in page and "<td>通过</td>" in page
+    assert "<li>被修改的测试单元格 test_scores 已恢复原样</li>" in page and "<li>a flag of another kind</li>" in page
     english = trusted.feedback_html(result)
     assert "<html lang='en'>" in english and "Fix first:" in english and "先改这里" not in english
 
