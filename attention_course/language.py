@@ -65,6 +65,7 @@ def normalise(value) -> str | None:
     return None
 
 
+@functools.lru_cache(maxsize=8)  # read once: the installed kit does not change under a running process
 def kit_language(path: Path = KIT_LANGUAGE_FILE) -> str | None:
     """The language the installed course kit was built in, or None (no kit file: the repository's own package)."""
     try:

@@ -43,16 +43,18 @@ def test_language_names_are_normalised(value, wanted):
 
 
 def test_the_environment_beats_the_kit_which_beats_english(tmp_path):
+    assert language.learner_language({}, tmp_path / "none") == "en", "no variable, no kit file: English"
     kit = tmp_path / "kit_language"
-    assert language.learner_language({}, kit) == "en", "no variable, no kit file: English"
     kit.write_text("zh_CN\n")
     assert language.learner_language({}, kit) == ZH, "a Chinese kit speaks Chinese"
     assert language.learner_language({ENVIRONMENT: "en"}, kit) == "en", "the variable beats the kit"
     assert language.learner_language({ENVIRONMENT: "zh"}, tmp_path / "none") == ZH
     assert language.learner_language({ENVIRONMENT: "fr"}, kit) == ZH, "a language we do not have is passed over"
     assert language.learner_language({ENVIRONMENT: "fr"}, tmp_path / "none") == "en"
-    kit.write_text("tlh\n")
-    assert language.learner_language({}, kit) == "en", "an unknown kit language falls back to English"
+    unknown = tmp_path / "other" / "kit_language"
+    unknown.parent.mkdir()
+    unknown.write_text("tlh\n")
+    assert language.learner_language({}, unknown) == "en", "an unknown kit language falls back to English"
 
 
 def test_the_repositorys_package_records_no_kit_language():
