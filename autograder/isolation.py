@@ -565,6 +565,12 @@ class Engine:
     # -- grading ----------------------------------------------------------------------------------------
 
     def grade(self, chapter: str, submission: Path, student: str) -> GradingResult:
+        # Every message of this grading (decisions, budget notes) in the class's language, never in one a
+        # learner's kernel claims: see autograder/class_language.py.
+        with speaking(self.language):
+            return self._grade_in_class_language(chapter, submission, student)
+
+    def _grade_in_class_language(self, chapter: str, submission: Path, student: str) -> GradingResult:
         started = time.monotonic()
         timed = time.perf_counter()
         self._clock = {} if self.on_stage is not None else None
@@ -649,9 +655,8 @@ class Engine:
                                   learner_said=report.get("learner_said") or (), **found)
         leaks = trusted.LeakFilter([c.source for c in source.cells if is_graded_test(c) and trusted.is_hidden(c.source)])
         started = time.perf_counter()
-        with speaking(self.language):
-            decided = _add_budget_notes(_decide(prof, executed, fixed.tests, self._graded_cells(chapter), leaks,
-                                                self.limits.cell_timeout_s), notes)
+        decided = _add_budget_notes(_decide(prof, executed, fixed.tests, self._graded_cells(chapter), leaks,
+                                            self.limits.cell_timeout_s), notes)
         if notes and not memory_budget.proven(self.isolation):  # rlimits only: a budget is a claim there
             decided, flag = memory_budget.withhold(decided, notes, base["isolation"])
             found["flags"] = found["flags"] + ([flag] if flag else [])

@@ -40,6 +40,9 @@ import secrets
 from dataclasses import replace
 
 from attention_course.cells import grade_id, is_graded_test, is_setup, is_solution
+from attention_course.language import N_
+
+from .class_language import tr
 
 KEY = "attention_course"
 BUDGET = "memory_budget_mb"
@@ -115,10 +118,13 @@ def merge(report: dict, index: int, budget: dict, job_report: dict) -> str | Non
         return None
     cells[str(index)] = {"outputs": [], "execution_count": None}
     reason = str(job_report.get("reason", ""))
-    what = (f"went past its memory budget of {budget['mb']:g} MiB and was stopped{peak(job_report)}"
-            if "out of memory" in reason
-            else f"did not finish (it runs alone, under a memory budget of {budget['mb']:g} MiB{peak(job_report)})")
-    return f"this test {what}" + (f": {budget['hint']}" if budget["hint"] else "")
+    sentence = (N_("this test went past its memory budget of {mb} MiB and was stopped{peak}") if "out of memory" in reason
+                else N_("this test did not finish (it runs alone, under a memory budget of {mb} MiB{peak})"))
+    return _with_hint(tr(sentence, mb=f"{budget['mb']:g}", peak=peak(job_report)), budget)
+
+
+def _with_hint(text: str, budget: dict) -> str:
+    return tr("{note}: {hint}", note=text, hint=budget["hint"]) if budget["hint"] else text
 
 
 def peak(job_report: dict) -> str:
@@ -128,7 +134,8 @@ def peak(job_report: dict) -> str:
     value = job_report.get("memory_peak_mb")
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
         return ""
-    return f" (the job's peak, counted by its memory cgroup: {value:.1f} MiB, Python and PyTorch included)"
+    return tr(" (the job's peak, counted by its memory cgroup: {peak} MiB, Python and PyTorch included)",
+              peak=f"{value:.1f}")
 
 
 def refused_a_process(job_report: dict, index: int) -> bool:
@@ -145,10 +152,10 @@ def note(budget: dict, refused: bool = False) -> str:
     """The feedback line of a budget cell that lost its points while its job finished (an allocation over the
     budget raises inside the kernel where there is no cgroup; a new process or program is refused at every
     level: ``refused``, :func:`refused_a_process`)."""
-    return (f"this test runs under a memory budget of {budget['mb']:g} MiB"
-            + (", in one process: it cannot start processes or programs (the notebook tried, and was refused)"
-               if refused else "")
-            + (f": {budget['hint']}" if budget["hint"] else ""))
+    sentence = (N_("this test runs under a memory budget of {mb} MiB, in one process: it cannot start processes or "
+                   "programs (the notebook tried, and was refused)") if refused
+                else N_("this test runs under a memory budget of {mb} MiB"))
+    return _with_hint(tr(sentence, mb=f"{budget['mb']:g}"), budget)
 
 
 # -- where a budget is proven ---------------------------------------------------------------------------------
@@ -167,9 +174,9 @@ def proven(isolation: dict) -> bool:
 
 def not_proven(budget: dict, label: str) -> str:
     """The learner's line for a budget cell whose points are withheld (the grader's own words only)."""
-    return (f"not awarded here: this test's memory budget of {budget['mb']:g} MiB can only be proven under a memory "
-            f"cgroup, and this grader runs without one (isolation: {label}); your instructor can regrade it where "
-            "one exists")
+    return tr("not awarded here: this test's memory budget of {mb} MiB can only be proven under a memory cgroup, and "
+              "this grader runs without one (isolation: {label}); your instructor can regrade it where one exists",
+              mb=f"{budget['mb']:g}", label=label)
 
 
 def withhold(cells: list, notes: dict[str, dict], label: str) -> tuple[list, str | None]:

@@ -226,6 +226,20 @@ def test_a_feedback_page_in_chinese(monkeypatch):
     assert "<html lang='en'>" in english and "Fix first:" in english and "先改这里" not in english
 
 
+def test_a_memory_budgets_notes_in_chinese():
+    from autograder import memory_budget
+
+    budget = {"mb": 64.0, "hint": "work tile by tile"}
+    with speaking(ZH):
+        stopped = memory_budget.merge({}, 3, budget, {"status": "zero", "reason": "kernel died (out of memory: limit "
+                                                      "64 MB)", "memory_peak_mb": 70.25})
+        refused = memory_budget.note(budget, refused=True)
+    assert stopped == ("这个测试超出了 64 MiB 的内存预算，已被终止；其内存 cgroup 统计的任务峰值为 70.2 MiB，含 Python 和 "
+                       "PyTorch：work tile by tile"), stopped
+    assert refused.startswith("这个测试在 64 MiB 的内存预算下、在单个进程中运行") and refused.endswith("：work tile by tile")
+    assert memory_budget.note(budget) == "this test runs under a memory budget of 64 MiB: work tile by tile"
+
+
 def test_stock_nbgraders_kernels_speak_the_class_language(tmp_path, monkeypatch):
     """``python -m autograder nbgrader autograde ...``: the kernels stock nbgrader starts write the check messages its
     feedback shows, so they get the class's language, whatever the instructor's shell says."""
