@@ -6,6 +6,7 @@ figures are in docs/mutants.md); this file keeps it honest in the suite.
 from __future__ import annotations
 
 import ast
+import functools
 
 import pytest
 
@@ -460,6 +461,20 @@ CHAPTER_10_PROBES = {
 PROBES.update(CHAPTER_10_PROBES)
 
 
+@functools.cache
+def _mutants_of(chapter: str) -> tuple:
+    """Every mutant of ``chapter`` (mutants.generate), generated once for the probe tests below."""
+    return tuple(mutants.generate(COURSE, chapter))
+
+
+@functools.cache
+def _reference_outputs(chapter: str, probe) -> tuple:
+    """What ``probe`` gives on the reference, computed once per (chapter, probe): the equivalents of one function
+    share a probe, and each test below compares a mutant's outputs with these. Nothing compares in place (_same
+    only reads), and a probe seeds its own generators, so a second run would give the same values."""
+    return tuple(probe(mutants.namespace(COURSE, chapter)))
+
+
 @pytest.mark.notebooks  # runs the chapter's code (mutants.namespace): seconds each, not the inner loop
 @pytest.mark.parametrize("equivalent,killed", [
     ("depends_on_future:21:arith:8c0b0f6cc0", "depends_on_future:23:bounds:e806010b8e"),  # a one-step leak missed
@@ -476,8 +491,8 @@ PROBES.update(CHAPTER_10_PROBES)
 def test_each_probe_tells_a_real_slip_from_the_reference(equivalent, killed):
     """Each chapter's probe can fail: it sees a mutant of the same function that the engine kills."""
     chapter, probe, *_ = PROBES[equivalent]
-    (m,) = [m for m in mutants.generate(COURSE, chapter) if m.id == killed]
-    reference = list(probe(mutants.namespace(COURSE, chapter)))
+    (m,) = [m for m in _mutants_of(chapter) if m.id == killed]
+    reference = _reference_outputs(chapter, probe)
     try:
         mutated = list(probe(mutants.namespace(COURSE, chapter, {m.cell: m.source})))
     except (IndexError, RuntimeError):  # the slip crashes on a probe: a difference the probe saw
@@ -494,8 +509,8 @@ def test_every_documented_equivalent_has_a_probe():
 @pytest.mark.parametrize("mutant_id", sorted(mutants.EQUIVALENT))
 def test_a_documented_equivalent_gives_the_references_outputs(mutant_id):
     chapter, probe, *rtol = PROBES[mutant_id]
-    (m,) = [m for m in mutants.generate(COURSE, chapter) if m.id == mutant_id]
-    reference = list(probe(mutants.namespace(COURSE, chapter)))
+    (m,) = [m for m in _mutants_of(chapter) if m.id == mutant_id]
+    reference = _reference_outputs(chapter, probe)
     mutated = list(probe(mutants.namespace(COURSE, chapter, {m.cell: m.source})))
     assert len(reference) == len(mutated) >= 3
     different = [i for i, (a, b) in enumerate(zip(reference, mutated)) if not _same(a, b, *rtol)]
@@ -506,8 +521,8 @@ def test_a_documented_equivalent_gives_the_references_outputs(mutant_id):
 def test_the_probe_tells_a_real_slip_from_the_reference():
     """The comparison can fail: the same probe sees a killed mutant of masked_softmax (its -inf fill)."""
     chapter, probe, *_ = PROBES["masked_softmax:44:constant:d14a9f54ad"]
-    (m,) = [m for m in mutants.generate(COURSE, chapter) if m.cell == "masked_softmax" and m.operator == "constant"
+    (m,) = [m for m in _mutants_of(chapter) if m.cell == "masked_softmax" and m.operator == "constant"
             and m.after == "0.0"]
-    reference = list(probe(mutants.namespace(COURSE, chapter)))
+    reference = _reference_outputs(chapter, probe)
     mutated = list(probe(mutants.namespace(COURSE, chapter, {m.cell: m.source})))
     assert any(not _same(a, b) for a, b in zip(reference, mutated))
