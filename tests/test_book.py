@@ -193,6 +193,24 @@ def chinese_share(text: str) -> tuple[int, float]:
     return chinese, chinese / max(1, chinese + latin)
 
 
+def search_index(site: Path) -> dict:
+    text = (site / "searchindex.js").read_text()
+    return json.loads(text[text.index("(") + 1:text.rindex(")")])
+
+
+def test_the_chinese_search_finds_chinese_words(book):
+    """Sphinx indexes a Chinese page's words only when jieba splits them (requirements.txt): without it zh/'s index
+    held only Latin words and no Chinese query found a page. A glossary term of the chapters' text, 掩码 (mask),
+    leads to the chapters that teach masking."""
+    index = search_index(book / book_editions.CHINESE.site_dir)
+    documents = {n: name for n, name in enumerate(index["docnames"])}
+    found = set()
+    for table in ("terms", "titleterms"):
+        where = index[table].get("掩码", [])
+        found |= {documents[n] for n in ([where] if isinstance(where, int) else where)}
+    assert {f"chapters/{c}/{c}" for c in ("03_scoring_functions", "08_transformer")} <= found, sorted(found)
+
+
 def test_the_chinese_front_page_is_the_front_page_in_chinese(server, browser):
     """zh/index.html: the front page's text from book.po (its headings, the course's title in the navigation and
     the chapters' caption), links to every Chinese chapter page, and a clean console."""
