@@ -127,7 +127,9 @@ def updated(domain: Domain, lang: str, root: Path = REPO_ROOT) -> Catalog:
     if old is None:
         return fresh
     old.header_comment = fresh.header_comment
+    created = old.creation_date  # Babel's update stamps the template's time: a no-op update must change nothing
     old.update(fresh, update_header_comment=True)
+    old.creation_date = created
     old.obsolete.clear()  # a message the code no longer has leaves (a changed one came back fuzzy above)
     return old
 
