@@ -629,14 +629,28 @@ def public_reason(reason: str) -> str:
     return tr("the notebook could not be graded normally (your instructor can see why)")
 
 
-def public_flag(flag: str) -> str:
-    """A flag as a learner's feedback shows it: in the class's language where it is one of ``_FLAGS``."""
-    flag = str(flag)
-    for pattern, sentence in _FLAGS:
-        match = pattern.fullmatch(flag)
+# The late-penalty policies' descriptions (late_policy.describe, deadlines.PerHourPenalty.describe), likewise.
+_POLICIES = [(re.compile(p), s) for p, s in (
+    (r"a late notebook scores zero", N_("a late notebook scores zero")),
+    (r"no late penalty", N_("no late penalty")),
+    (r"(?P<fraction>\d+%) of the score per started hour late, at most (?P<cap>\d+%)",
+     N_("{fraction} of the score per started hour late, at most {cap}")),
+)]
+
+
+def _in_class_language(text: str, table) -> str:
+    """``text`` in the class's language where it is one of ``table``'s sentences, else as it was written."""
+    text = str(text)
+    for pattern, sentence in table:
+        match = pattern.fullmatch(text)
         if match:
             return tr(sentence, **match.groupdict())
-    return flag
+    return text
+
+
+def public_flag(flag: str) -> str:
+    """A flag as a learner's feedback shows it: in the class's language where it is one of ``_FLAGS``."""
+    return _in_class_language(flag, _FLAGS)
 
 
 def _public_message(message: str) -> str:
@@ -736,7 +750,8 @@ def feedback_html(result: GradingResult) -> str:
         parts.append("<p class='late'>" + tr("<strong>Late:</strong> submitted {late_by} after the due date; {lost} "
                                              "points lost, so {after} / {max_score} count (policy: {policy}).",
                                              late_by=esc(late.text), lost=f"{late.penalty:g}", after=f"{after:g}",
-                                             max_score=f"{result.max_score:g}", policy=esc(late.policy)) + "</p>")
+                                             max_score=f"{result.max_score:g}",
+                                             policy=esc(_in_class_language(late.policy, _POLICIES))) + "</p>")
     if late and late.held:  # no recorded arrival while a due date is set (late_policy.held): nothing is final yet
         parts.append("<p class='late'>" + tr("<strong>Held:</strong> your instructor has no record of when this "
                                              "notebook arrived; the points below count once they record it.") + "</p>")

@@ -222,6 +222,18 @@ def test_a_feedback_page_in_chinese(monkeypatch):
     assert "未批改：文件太大（12 MB；上限为 5 MB）" in page
     assert "<strong>先改这里：</strong>" in page and "<th>测试</th>" in page and "<td>通过</td>" in page
     assert "<li>被修改的测试单元格 test_scores 已恢复原样</li>" in page and "<li>a flag of another kind</li>" in page
+
+
+def test_a_late_notebooks_page_in_chinese():
+    late = {"seconds": 7500, "penalty": 2, "text": "2 h 05 min", "held": False, "arrived": "2026-12-01 10:05 UTC",
+            "claimed": "", "policy": "10% of the score per started hour late, at most 50%"}
+    result = GradingResult.of({"chapter": "03_scoring_functions", "student": "s", "status": "graded", "late": late,
+                               "cells": {"t": {"score": 3, "max_score": 4, "passed": False, "messages": []}}})
+    with speaking(ZH):
+        page = trusted.feedback_html(result)
+    assert ("<strong>迟交：</strong>在截止时间之后 2 h 05 min 提交；扣 2 分，计入成绩的是 1 / 4 分（规则：按迟交的小时数扣分，"
+            "不满一小时按一小时计，每小时扣成绩的 10%，最多扣 50%）。") in page, page
+    assert "收到时间：2026-12-01 10:05 UTC。" in page
     english = trusted.feedback_html(result)
     assert "<html lang='en'>" in english and "Fix first:" in english and "先改这里" not in english
 
