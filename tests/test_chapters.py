@@ -162,8 +162,49 @@ def test_sampled_mistake_loses_points(graded, chapter, mistake_id):
         f"{mistake.what}: no failure message mentions {mistake.symptom!r}:\n" + "\n---\n".join(messages))
 
 
+@pytest.fixture(scope="module")
+def engine_graded(graded):
+    """The same notebooks through one warm isolated engine: ``{(chapter, student): result}``. Every copy holds
+    every chapter's solutions and reference profile, so one engine on the first grades them all.
+
+    The reference and the blank go to the engine as a learner would submit them, demo cells and all (stock
+    nbgrader got them without, ``graded_cells_only``): the engine skips exactly those cells (the chapter's
+    untouched demos, autograder/isolation.py ``_cells_to_run``), so it runs the same cells either way, and these
+    two results are also the engine's full-marks and zero proofs (``test_isolated_engine_gives_the_reference_full_
+    marks_and_the_blank_zero``), graded once for both instead of once more in tests/test_catalogues.py."""
+    results = {}
+    with engine_on(graded[CHAPTERS[0]]) as engine:
+        for chapter in CHAPTERS:
+            course = graded[chapter]
+            as_submitted = {"reference": submissions.reference(course, chapter),
+                            "blank": submissions.blank(course, chapter)}
+            for student in ["reference", "blank", "nudged", *(f"mistakes-{i}" for i in range(len(PACKED[chapter])))]:
+                path = course.grading / "submitted" / student / chapter / f"{chapter}.ipynb"
+                who = student
+                if student in as_submitted:
+                    who = f"{student}-as-submitted"
+                    path = submissions.write_submission(course, who, chapter, as_submitted[student])
+                results[(chapter, student)] = engine.grade(chapter, path, who)
+    return results
+
+
 @pytest.mark.sandbox
-def test_isolated_engine_agrees_with_stock_cell_by_cell(graded):
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_isolated_engine_gives_the_reference_full_marks_and_the_blank_zero(engine_graded, chapter):
+    """The isolated engine: the reference (as submitted, demo cells and all) scores full marks with no flag, the
+    blank release zero in every cell with no flag."""
+    ref = engine_graded[(chapter, "reference")]
+    lost = {g: c["messages"] for g, c in ref["cells"].items() if not c["passed"]}
+    assert ref["status"] == "graded" and not lost and ref["flags"] == [], (ref["reason"], lost, ref["flags"])
+    assert ref["score"] == ref["max_score"] > 0
+    blank = engine_graded[(chapter, "blank")]
+    assert blank["status"] == "graded" and blank["flags"] == [], (blank["reason"], blank["flags"])
+    assert blank["score"] == 0 and all(not c["passed"] for c in blank["cells"].values())
+
+
+@pytest.mark.sandbox
+def test_isolated_engine_agrees_with_stock_cell_by_cell(graded, engine_graded):
     """The same notebooks (reference, blank and the packed sample of every chapter) get the same score in every
     graded cell from our engine as from stock nbgrader. They decide differently (the engine takes expected values
     from the reference profile, stock computes them in the learner's kernel), so a test whose expected value
@@ -172,17 +213,11 @@ def test_isolated_engine_agrees_with_stock_cell_by_cell(graded):
     notebook (``NUDGE``) is there for that class: the sample alone covers the cells each mistake fails, idles the
     rest, and never held a mistake small enough to pass the visible checks and move such an expected value."""
     disagree = []
-    # every copy holds every chapter's solutions and reference profile: one engine on the first grades them all
-    with engine_on(graded[CHAPTERS[0]]) as engine:
-        for chapter in CHAPTERS:
-            course = graded[chapter]
-            for student in ["reference", "blank", "nudged", *(f"mistakes-{i}" for i in range(len(PACKED[chapter])))]:
-                path = course.grading / "submitted" / student / chapter / f"{chapter}.ipynb"
-                ours = engine.grade(chapter, path, student)
-                assert ours["status"] == "graded", (chapter, student, ours["reason"])
-                stock = cell_scores(course, chapter, student)
-                disagree += [f"{chapter} {student} {cell}: stock {s}, engine {ours['cells'][cell]['score']}"
-                             for cell, (s, _) in stock.items() if ours["cells"][cell]["score"] != s]
+    for (chapter, student), ours in engine_graded.items():
+        assert ours["status"] == "graded", (chapter, student, ours["reason"])
+        stock = cell_scores(graded[chapter], chapter, student)
+        disagree += [f"{chapter} {student} {cell}: stock {s}, engine {ours['cells'][cell]['score']}"
+                     for cell, (s, _) in stock.items() if ours["cells"][cell]["score"] != s]
     assert not disagree, "\n".join(disagree)
 
 
