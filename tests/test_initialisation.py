@@ -50,7 +50,7 @@ def engine(tmp_path_factory):
 def test_modules_are_found_in_every_chapter_that_has_them():
     assert {ch for ch, _ in CASES} >= {"02_kernel_regression", "03_scoring_functions", "04_self_attention",
                                         "05_multi_head_attention", "06_positional_encoding", "08_transformer",
-                                        "09_efficient_attention", "10_language_model"}
+                                        "09_efficient_attention", "10_language_model", "11_serving_and_long_context"}
 
 
 @pytest.mark.timeout(300)

@@ -54,7 +54,9 @@ EDITORS_LIST = {"01_cognitive_attention": [("softmax",)], "04_self_attention": [
                 "05_multi_head_attention": [("parameter_count",)],
                 "07_attention_vs_cnn": [("conv1d_as_attention", "fixed_head_attention")],
                 "08_transformer": [("layer_norm",)], "09_efficient_attention": [("online_softmax",)],
-                "10_language_model": [("rmsnorm",), ("cross_entropy",), ("clip_grad_norm",)]}
+                "10_language_model": [("rmsnorm",), ("cross_entropy",), ("clip_grad_norm",)],
+                # issue 44: F.scaled_dot_product_attention does the attention half of paged_attention
+                "11_serving_and_long_context": [("paged_attention",)]}
 MAX_ALLOWED_POINTS = 1.0  # an exercise the text lets a learner do with the library is worth at most this
 MAX_ALLOWED_SHARE = 0.05  # and all of a chapter's such exercises at most this share of its points
 
