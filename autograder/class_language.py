@@ -28,7 +28,6 @@ from babel.messages.pofile import read_po
 from attention_course.language import ENGLISH, chosen, normalise, render
 
 from .course import REPO_ROOT, Course
-from .late_policy import load_config
 
 CONFIG_SECTION = "AttentionCourse"
 CONFIG_KEY = "language"
@@ -38,6 +37,10 @@ LOCALES = REPO_ROOT / "locales"
 
 def class_language(course: Course) -> str:
     """The class's language from the course configuration: one of ``attention_course.language.LANGUAGES``."""
+    # late_policy (the reader of the course's nbgrader configuration) imports nbgrader: loaded only when a language
+    # is asked for, so that importing the engine or a run with nothing to grade loads no nbgrader (tests/test_batch.py)
+    from .late_policy import load_config
+
     section = load_config(course).get(CONFIG_SECTION) or {}
     return normalise(section.get(CONFIG_KEY)) or ENGLISH
 
