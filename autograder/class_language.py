@@ -37,12 +37,19 @@ LOCALES = REPO_ROOT / "locales"
 
 def class_language(course: Course) -> str:
     """The class's language from the course configuration: one of ``attention_course.language.LANGUAGES``."""
-    # late_policy (the reader of the course's nbgrader configuration) imports nbgrader: loaded only when a language
-    # is asked for, so that importing the engine or a run with nothing to grade loads no nbgrader (tests/test_batch.py)
-    from .late_policy import load_config
-
-    section = load_config(course).get(CONFIG_SECTION) or {}
+    section = course_config(course).get(CONFIG_SECTION) or {}
     return normalise(section.get(CONFIG_KEY)) or ENGLISH
+
+
+def course_config(course: Course):
+    """The course's nbgrader configuration, read by traitlets as nbgrader reads it: the file
+    :func:`autograder.late_policy.config_file` names. Read here with traitlets alone: late_policy imports nbgrader
+    (4 s on a busy machine), which a grading worker, and a grade run with nothing to grade, never load otherwise
+    (tests/test_batch.py)."""
+    from traitlets.config.loader import PyFileConfigLoader  # as late_policy.load_config: only when asked
+
+    path = course.root / "autograder" / "nbgrader_config.py"
+    return PyFileConfigLoader(path.name, path=str(path.parent)).load_config()
 
 
 def catalogue_path(language: str, domain: str = DOMAIN, locales: Path = LOCALES) -> Path:

@@ -274,5 +274,8 @@ def test_the_class_language_is_the_course_configurations(tmp_path):
     config = course.root / "autograder" / "nbgrader_config.py"
     config.write_text(config.read_text() + '\nc.AttentionCourse.language = "zh"\n')
     assert class_language.class_language(course) == ZH
+    from autograder import late_policy  # the file the late policy and stock nbgrader read, read the same way
+
+    assert class_language.course_config(course) == late_policy.load_config(course)
     config.write_text(config.read_text() + '\nc.AttentionCourse.language = "tlh"\n')
     assert class_language.class_language(course) == "en", "a language the course does not have: English"
