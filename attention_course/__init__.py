@@ -8,4 +8,6 @@
 - ``expected``: reference values for checks decided inside a kernel (read from the grading engine's reference
   profile, the one reference run), and the reference run on other devices for the device audit.
 - ``plots``: figures shared by several chapters.
+- ``language``: the language messages are written in (``ATTENTION_COURSE_LANG``, else the kit's, else English) and
+  the lookup every message goes through (its catalogue: ``data/attention_course.<lang>.json``).
 """
