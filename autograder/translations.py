@@ -3,7 +3,9 @@
 ``locales/<lang>/LC_MESSAGES/<chapter>.po`` holds the translation of each unit of the chapter's **English release**
 (``chapters/<chapter>/<chapter>.ipynb``, what a learner sees: :mod:`autograder.notebook_text` says what a unit is),
 keyed by its English text; ``kit.po`` holds the texts the release and the kit add around the chapters
-(:mod:`autograder.kit_texts`: "Get the course kit" and the kit's README). ``update`` brings every catalogue in line
+(:mod:`autograder.kit_texts`: "Get the course kit" and the kit's README); ``<chapter>.checks.po`` holds the hints
+of the chapter's test cells (:mod:`autograder.check_hints`), each entry's ``#.`` comment saying whether it is
+visible (in the learner's release) or hidden (only in the grader's hidden tests). ``update`` brings every catalogue in line
 with its English the way Babel's ``update_catalog`` does: a new unit comes in untranslated, a unit whose English
 changed comes back *fuzzy* with its old translation and the old English (``#| msgid``) for the translator to
 compare, a unit that went away becomes obsolete (``#~``) and keeps its translation for reuse (an untranslated one
@@ -31,7 +33,7 @@ import nbformat
 from babel.messages.catalog import Catalog, Message
 from babel.messages.pofile import normalize, read_po, unescape, write_po
 
-from . import kit_texts, notebook_text
+from . import check_hints, kit_texts, notebook_text
 from .course import COURSE_ID, TRANSLATED_CHAPTERS, Course
 
 LANGUAGES = {"zh_CN": "Chinese (Simplified) <https://github.com/attention-from-scratch>"}
@@ -49,6 +51,14 @@ KIT_HEADER = ("# {lang} translation of the texts the release and the kit add aro
               "# (autograder/kit_texts.py): the first cell of every chapter and the kit's README.\n"
               "# Keep every {{field}}: it is filled in after translation.\n"
               "#")
+CHECKS_SUFFIX = ".checks"  # <chapter>.checks: the hints of the chapter's test cells (autograder/check_hints.py)
+CHECKS_HEADER = ("# {lang} translation of the hints of chapter {chapter}'s checks (hint= and describe= of its test\n"
+                 "# cells), shown after a failed check's symptom. Keys: visible ones from\n"
+                 "# chapters/{chapter}/{chapter}.ipynb, hidden ones from the hidden tests of\n"
+                 "# solutions/{chapter}/{chapter}.ipynb (`python -m autograder translations update`).\n"
+                 "# Each entry's `#.` comment says visible or hidden: a hidden hint's translation reaches only the\n"
+                 "# grader, never a learner. Keep every {{field}} of a key. The terms: locales/{lang}/glossary.md.\n"
+                 "#")
 WIDTH = 100  # wider than gettext's 76: paragraphs of markdown wrap into fewer, easier-to-read lines
 
 Translate = Callable[[str], "str | None"]
@@ -71,8 +81,20 @@ def catalogue_path(course: Course, domain: str, lang: str = DEFAULT_LANGUAGE) ->
 
 
 def domains(course: Course) -> list[str]:
-    """The catalogues this module keeps: every chapter's and the kit's."""
-    return [*course.chapters(), KIT_CATALOGUE]
+    """The catalogues this module keeps: every chapter's, every chapter's check hints and the kit's."""
+    return [*course.chapters(), *(checks_domain(ch) for ch in course.chapters()), KIT_CATALOGUE]
+
+
+def checks_domain(chapter: str) -> str:
+    """The catalogue of the hints of ``chapter``'s checks: ``<chapter>.checks``."""
+    return chapter + CHECKS_SUFFIX
+
+
+def hint_entries(course: Course, chapter: str) -> list[check_hints.Hint]:
+    """The hints of the chapter's test cells: visible ones from its English release, hidden ones from the
+    hidden tests of its solution notebook."""
+    return check_hints.chapter_hints(check_hints.read(course.release_notebook(chapter)),
+                                     check_hints.read(course.source_notebook(chapter)))
 
 
 def release_entries(course: Course, chapter: str) -> list[notebook_text.Entry]:
@@ -92,15 +114,28 @@ def kit_entries() -> list[notebook_text.Entry]:
 
 
 def template(course: Course, domain: str, lang: str = DEFAULT_LANGUAGE) -> Catalog:
-    """The units of a chapter's release, or of the kit's texts, as an empty catalogue (a .pot)."""
+    """The units of a chapter's release, of its checks' hints, or of the kit's texts, as an empty catalogue (a .pot)."""
     if domain == KIT_CATALOGUE:
         catalog = new_catalogue(domain, lang, KIT_HEADER.format(lang=lang))
         where, found = "autograder/kit_texts.py", kit_entries()
+    elif domain.endswith(CHECKS_SUFFIX):
+        chapter = domain.removesuffix(CHECKS_SUFFIX)
+        catalog = new_catalogue(domain, lang, CHECKS_HEADER.format(lang=lang, chapter=chapter))
+        release = course.release_notebook(chapter).relative_to(course.root).as_posix()
+        source = course.source_notebook(chapter).relative_to(course.root).as_posix()
+        hints = hint_entries(course, chapter)
+        found = [notebook_text.Entry(h.msgid, h.cell, h.context) for h in hints]
+        return add_entries(catalog, found, [release if h.visibility == check_hints.VISIBLE else source for h in hints])
     else:
         catalog = new_catalogue(domain, lang, HEADER.format(lang=lang, chapter=domain))
         where = course.release_notebook(domain).relative_to(course.root).as_posix()
         found = release_entries(course, domain)
-    for entry in found:
+    return add_entries(catalog, found, [where] * len(found))
+
+
+def add_entries(catalog: Catalog, found: list[notebook_text.Entry], wheres: list[str]) -> Catalog:
+    """``catalog`` with one entry per distinct English of ``found`` (each found in the file ``wheres[i]``)."""
+    for entry, where in zip(found, wheres):
         location = (where, entry.cell or None)
         if entry.msgid in catalog:  # the same English twice: one translation, every place listed
             known = catalog[entry.msgid]
