@@ -141,7 +141,7 @@ class _BuildLock:
 PROFILE_SECONDS = {"08_transformer": 15.1, "09_efficient_attention": 4.7, "10_language_model": 2.7,
                    "02_kernel_regression": 2.3, "03_scoring_functions": 1.2, "06_positional_encoding": 0.6,
                    "07_attention_vs_cnn": 0.5, "05_multi_head_attention": 0.5, "04_self_attention": 0.5,
-                   "01_cognitive_attention": 0.4}
+                   "01_cognitive_attention": 0.4, "11_serving_and_long_context": 1.5}
 
 
 @pytest.fixture(scope="session")
