@@ -25,6 +25,7 @@ import os
 from .cells import RECORD_MIME, cell_seed
 from .encoding import decode, encode
 from .kinds import REGISTRY, call_outcome, decide
+from .language import hint as translated_hint
 from .language import tr
 from .runtime import current_chapter, seed_everything
 from .verdicts import either
@@ -87,7 +88,7 @@ class Checks:
         if check_id in self._seen:
             raise ValueError(f"check id {check_id!r} used twice in cell {self.cell_id!r}")
         self._seen.add(check_id)
-        describe = describe or tr(spec.describe, check_id=check_id,
+        describe = translated_hint(describe) or tr(spec.describe, check_id=check_id,
                                   **{k: either(v) if k == "types" else v for k, v in params.items()})
         got_enc = encode(got)
         params_enc = {k: encode(v) if k == spec.expected else v for k, v in params.items()}

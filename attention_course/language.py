@@ -24,6 +24,16 @@ carries it: a learner installs the wheel without the repository): ``{English: tr
 non-fuzzy entry, plain JSON that only the standard library reads and that a reviewer can read in a diff (gettext's
 binary ``.mo`` is neither). ``python -m autograder messages compile`` writes it; tests/test_messages.py proves it in
 sync with the ``.po``.
+
+Check hints
+-----------
+The ``hint=`` and ``describe=`` texts of graded test cells stay English in the cell (nbgrader checksums it) and are
+translated when a check shows them, by :func:`hint`: keyed by their English, per chapter in
+``locales/<lang>/LC_MESSAGES/<chapter>.checks.po``. The package carries only the *visible* hints' translations
+(``data/<chapter>.checks.<lang>.json``, written by ``python -m autograder translations update``); the hidden tests'
+hints never reach a learner. The grader supplies the full table (visible and hidden, read from the repository's
+catalogues) for a block with :func:`hints_from`. A key may carry named fields (``method {method!r}: ...``, from
+an f-string): the shown text is matched against it and the values carried into the translation.
 """
 from __future__ import annotations
 
@@ -32,7 +42,9 @@ import contextvars
 import functools
 import json
 import os
+import re
 from pathlib import Path
+from typing import Callable, Mapping
 
 ENVIRONMENT = "ATTENTION_COURSE_LANG"
 ENGLISH = "en"
@@ -48,7 +60,15 @@ LOCALE_DIR = PACKAGE / "data"
 # none (English).
 KIT_LANGUAGE_FILE = PACKAGE / "kit_language"
 
+# The check hints' compiled catalogues: data/<chapter><HINTS_SUFFIX>.<lang>.json, visible hints only.
+HINTS_SUFFIX = ".checks"
+# A key's named fields ({name}, {method!r}); what a key with fields matches in place of each.
+HINT_FIELD = re.compile(r"\{([A-Za-z_]\w*)(![rsa])?\}")
+
 _chosen: contextvars.ContextVar[str | None] = contextvars.ContextVar("attention_course_language", default=None)
+HintSource = Callable[[str], Mapping[str, str]]  # language -> {English hint: translation}
+_hint_source: contextvars.ContextVar[HintSource | None] = contextvars.ContextVar("attention_course_hints",
+                                                                                  default=None)
 
 
 def normalise(value) -> str | None:
@@ -156,3 +176,76 @@ def tr(msgid: str, **fields) -> str:
 def N_(msgid: str) -> str:  # noqa: N802 - gettext's name for "mark for translation, translate later"
     """Marks a literal as a message translated where it is used (``tr(TABLE[key])``); returns it unchanged."""
     return msgid
+
+
+@functools.lru_cache(maxsize=None)
+def packaged_hints(language: str, localedir: Path = LOCALE_DIR) -> dict[str, str]:
+    """The visible check hints' translations this package carries, every chapter's together: ``{English:
+    translation}``; empty for English."""
+    if language == ENGLISH:
+        return {}
+    table: dict[str, str] = {}
+    for path in sorted(localedir.glob(f"*{HINTS_SUFFIX}.{language}.json")):
+        table.update(catalogue(language, path.name.removesuffix(f".{language}.json"), localedir))
+    return table
+
+
+@contextlib.contextmanager
+def hints_from(source: HintSource):
+    """Inside the block, :func:`hint` looks hints up in ``source(language)`` instead of the package's (visible-only)
+    tables: the grader's, which holds the hidden tests' hints too (autograder/class_language.py)."""
+    token = _hint_source.set(source)
+    try:
+        yield
+    finally:
+        _hint_source.reset(token)
+
+
+def hint(text: str, language: str | None = None) -> str:
+    """A check's hint or description in ``language`` (default: :func:`active`), English where there is none."""
+    language = (normalise(language) or ENGLISH) if language else active()
+    if language == ENGLISH or not isinstance(text, str) or not text:
+        return text
+    source = _hint_source.get()
+    table = source(language) if source is not None else packaged_hints(language)
+    found = table.get(text)
+    if found:
+        return found
+    for english, translation in table.items():  # a key with fields: match the shown text against it
+        if "{" in english and (values := field_values(english, text)) is not None:
+            return fill_fields(translation, values)
+    return text
+
+
+def field_pattern(key: str) -> re.Pattern | None:
+    """A regular expression the texts of ``key`` (a key with named fields) match in full, or None without fields."""
+    parts, pos, names = [], 0, set()
+    for match in HINT_FIELD.finditer(key):
+        if match.group(1) in names:
+            parts.append(re.escape(unbrace(key[pos:match.start()])) + f"(?P={match.group(1)})")
+        else:
+            parts.append(re.escape(unbrace(key[pos:match.start()])) + f"(?P<{match.group(1)}>.+?)")
+        names.add(match.group(1))
+        pos = match.end()
+    if not names:
+        return None
+    return re.compile("".join(parts) + re.escape(unbrace(key[pos:])), re.S)
+
+
+def field_values(key: str, text: str) -> dict[str, str] | None:
+    pattern = field_pattern(key)
+    match = pattern.fullmatch(text) if pattern else None
+    return match.groupdict() if match else None
+
+
+def fill_fields(template: str, values: dict[str, str]) -> str:
+    """``template`` with each named field replaced by the text it stood for (already converted: ``!r`` is in it)."""
+    out, pos = [], 0
+    for match in HINT_FIELD.finditer(template):
+        out += [unbrace(template[pos:match.start()]), values.get(match.group(1), match.group(0))]
+        pos = match.end()
+    return "".join(out) + unbrace(template[pos:])
+
+
+def unbrace(text: str) -> str:
+    return text.replace("{{", "{").replace("}}", "}")

@@ -59,6 +59,7 @@ import numpy as np
 
 from .encoding import PYTHON_NAMES, SUBCLASS, DecodedTensor, Unsupported
 from .language import N_, tr
+from .language import hint as translated_hint
 
 # (rtol, atol) by dtype: float64 is held tight; float32 allows for a GPU's different summation order.
 TOLERANCES = {
@@ -94,7 +95,10 @@ PASS = Verdict(True, "")
 
 def fail(message: str, hint: str = "", hidden: str | None = None) -> Verdict:
     """A failed verdict. ``hidden`` is the same sentence with every quote of the learner's value left out
-    (``None``: the message quotes nothing of it)."""
+    (``None``: the message quotes nothing of it). ``hint`` is the test cell's English; it is shown in the active
+    language (:func:`attention_course.language.hint`: the learner's, or the class's on the grader)."""
+    hint = translated_hint(hint)
+
     def with_hint(text: str) -> str:
         if not hint:
             return text

@@ -16,16 +16,19 @@ same grade_ids, the same checks), and every learner's page is in the class's lan
 The grader's sentences are keyed by their English text in ``locales/<lang>/LC_MESSAGES/autograder.po`` (read with
 Babel; an untranslated or fuzzy entry reads in English). ``python -m autograder messages`` keeps it in line with
 the code (autograder/messages.py). Messages of the check library come from ``attention_course.po``
-(:mod:`attention_course.language`).
+(:mod:`attention_course.language`). The hints of the checks (``hint=`` of the test cells) come from every chapter's
+``<chapter>.checks.po``, visible and hidden ones alike: :func:`grading` makes a block speak the class's language
+with them (the learner package carries only the visible ones).
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 from pathlib import Path
 
 from babel.messages.pofile import read_po
 
-from attention_course.language import ENGLISH, chosen, normalise, render
+from attention_course.language import ENGLISH, HINTS_SUFFIX, chosen, hints_from, normalise, render, speaking
 
 from .course import REPO_ROOT, Course
 
@@ -81,3 +84,23 @@ def tr(msgid: str, **fields) -> str:
     (tests/test_messages.py compares every one with the catalogue)."""
     language = chosen() or ENGLISH
     return render(translations(language).get(msgid, msgid), msgid, fields)
+
+
+@functools.lru_cache(maxsize=None)
+def hint_translations(language: str, locales: Path = LOCALES) -> dict[str, str]:
+    """``{English: translation}`` of every translated, non-fuzzy check hint of every chapter, hidden ones included:
+    for the trusted side only (the learner package carries the visible ones)."""
+    table: dict[str, str] = {}
+    if language == ENGLISH:
+        return table
+    for path in sorted((locales / language / "LC_MESSAGES").glob(f"*{HINTS_SUFFIX}.po")):
+        table.update(translations(language, path.name.removesuffix(".po"), locales))
+    return table
+
+
+@contextlib.contextmanager
+def grading(language: str | None):
+    """A block that decides checks and writes messages for a class in ``language``: its sentences and the checks'
+    hints (hidden ones too) in that language."""
+    with speaking(language), hints_from(hint_translations):
+        yield

@@ -73,7 +73,7 @@ from attention_course.kinds import REGISTRY
 from attention_course.language import speaking
 
 from . import intake, kit, learner_files, memory_budget, sandbox, structure, trusted
-from .class_language import class_language
+from .class_language import class_language, grading
 from .course import Course
 from .reinitialise import reinitialised
 from .results import CellResult, GradingResult
@@ -567,7 +567,7 @@ class Engine:
     def grade(self, chapter: str, submission: Path, student: str) -> GradingResult:
         # Every message of this grading (decisions, budget notes) in the class's language, never in one a
         # learner's kernel claims: see autograder/class_language.py.
-        with speaking(self.language):
+        with grading(self.language):  # hidden tests' hints too: this is the trusted side
             return self._grade_in_class_language(chapter, submission, student)
 
     def _grade_in_class_language(self, chapter: str, submission: Path, student: str) -> GradingResult:

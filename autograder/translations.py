@@ -5,12 +5,13 @@
 keyed by its English text; ``kit.po`` holds the texts the release and the kit add around the chapters
 (:mod:`autograder.kit_texts`: "Get the course kit" and the kit's README); ``<chapter>.checks.po`` holds the hints
 of the chapter's test cells (:mod:`autograder.check_hints`), each entry's ``#.`` comment saying whether it is
-visible (in the learner's release) or hidden (only in the grader's hidden tests). ``update`` brings every catalogue in line
-with its English the way Babel's ``update_catalog`` does: a new unit comes in untranslated, a unit whose English
-changed comes back *fuzzy* with its old translation and the old English (``#| msgid``) for the translator to
-compare, a unit that went away becomes obsolete (``#~``) and keeps its translation for reuse (an untranslated one
-is dropped). ``status`` counts, per catalogue, what is translated, fuzzy, untranslated and obsolete; ``--check``
-makes either command exit 1 when something is out of line (``update --check``: a catalogue whose keys differ from
+visible (in the learner's release) or hidden (only in the grader's hidden tests), and ``update`` compiles the
+visible ones' translations into the learner package. ``update`` brings every catalogue in line with its English the
+way Babel's ``update_catalog`` does: a new unit comes in untranslated, a unit whose English changed comes back
+*fuzzy* with its old translation and the old English (``#| msgid``) for the translator to compare, a unit that went
+away becomes obsolete (``#~``) and keeps its translation for reuse (an untranslated one is dropped). ``status``
+counts, per catalogue, what is translated, fuzzy, untranslated and obsolete; ``--check`` makes either command exit
+1 when something is out of line (``update --check``: a catalogue whose keys differ from
 its English; ``status --check``: a catalogue that is not complete).
 
 A fuzzy or empty entry is never used: the translated release shows the English of that unit
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import io
+import json
 import re
 import sys
 from dataclasses import dataclass
@@ -32,6 +34,8 @@ from typing import Callable
 import nbformat
 from babel.messages.catalog import Catalog, Message
 from babel.messages.pofile import normalize, read_po, unescape, write_po
+
+from attention_course import language as learner_language
 
 from . import check_hints, kit_texts, notebook_text
 from .course import COURSE_ID, TRANSLATED_CHAPTERS, Course
@@ -95,6 +99,38 @@ def hint_entries(course: Course, chapter: str) -> list[check_hints.Hint]:
     hidden tests of its solution notebook."""
     return check_hints.chapter_hints(check_hints.read(course.release_notebook(chapter)),
                                      check_hints.read(course.source_notebook(chapter)))
+
+
+def visible_hints(course: Course, chapter: str) -> set[str]:
+    """The English of the hints a learner's release of ``chapter`` shows."""
+    return {h.msgid for h in hint_entries(course, chapter) if h.visibility == check_hints.VISIBLE}
+
+
+def compiled_hints_path(course: Course, chapter: str, lang: str = DEFAULT_LANGUAGE) -> Path:
+    """``attention_course/data/<chapter>.checks.<lang>.json``: the visible hints' translations, package data."""
+    package_data = course.root / learner_language.LOCALE_DIR.relative_to(learner_language.PACKAGE.parent)
+    return learner_language.compiled_catalogue(lang, checks_domain(chapter), package_data)
+
+
+def compiled_hints_text(course: Course, chapter: str, lang: str = DEFAULT_LANGUAGE) -> str:
+    """What the learner package carries of the chapter's hints: every translated, non-fuzzy entry of
+    ``<chapter>.checks.po`` whose English the release shows, never a hidden test's (sorted, so a diff shows what
+    changed)."""
+    path = catalogue_path(course, checks_domain(chapter), lang)
+    table = {m.id: m.string for m in read_catalogue(path) if m.id and m.string and not m.fuzzy} \
+        if path.is_file() else {}
+    shown = visible_hints(course, chapter)
+    return json.dumps({k: v for k, v in table.items() if k in shown}, ensure_ascii=False, indent=1,
+                      sort_keys=True) + "\n"
+
+
+def compile_hints(course: Course, chapter: str, lang: str = DEFAULT_LANGUAGE) -> bool:
+    """Write the chapter's compiled visible hints if they changed; whether it wrote."""
+    target, text = compiled_hints_path(course, chapter, lang), compiled_hints_text(course, chapter, lang)
+    if target.is_file() and target.read_text(encoding="utf-8") == text:
+        return False
+    target.write_text(text, encoding="utf-8")
+    return True
 
 
 def release_entries(course: Course, chapter: str) -> list[notebook_text.Entry]:
@@ -284,6 +320,10 @@ def main(argv: list[str] | None = None) -> int:
                           "in it: run `python -m autograder translations update`")
             else:
                 print(f"{rel}: {'updated' if update(course, domain, lang) else 'unchanged'}")
+                if domain.endswith(CHECKS_SUFFIX):  # the learner package's share of it: the visible hints
+                    chapter = domain.removesuffix(CHECKS_SUFFIX)
+                    compiled = compiled_hints_path(course, chapter, lang).relative_to(course.root)
+                    print(f"{compiled}: {'compiled' if compile_hints(course, chapter, lang) else 'unchanged'}")
             continue
         path = catalogue_path(course, domain, lang)
         if not path.is_file():
