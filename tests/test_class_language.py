@@ -18,7 +18,7 @@ import pytest
 from bs4 import BeautifulSoup
 
 from attention_course.cells import grade_id, is_graded_test, is_solution
-from autograder import submissions
+from autograder import check_hints, class_language, submissions, translations
 from autograder.output_files import REPORT_NAME
 
 from .batch_support import CHAPTER, REPO, child_env, grade_cmd, make_course
@@ -133,3 +133,22 @@ def test_the_class_report_is_in_chinese(graded):
     failed_most = next(h for h in soup.find_all("h2") if h.get_text() == "失败最多的检查").find_next("table")
     symptoms = [row.find_all("td")[3].get_text() for row in failed_most.tbody.find_all("tr")]
     assert symptoms and all(CJK.search(s) for s in symptoms), symptoms
+
+
+@pytest.mark.sandbox
+@pytest.mark.timeout(1200)
+def test_the_checks_hints_are_in_chinese_for_visible_and_hidden_checks(graded):
+    """The two mistakes fail a visible and a hidden check of masked_softmax: each failed check's hint (English in
+    the test cell, which nbgrader checksums) is shown in Chinese, a hidden one from the grader's catalogue."""
+    _, pages, _ = graded
+    hints = translations.hint_entries(REPO, CHAPTER)
+    chinese = class_language.hint_translations.__wrapped__("zh_CN")
+    shown: dict[str, set[str]] = {}
+    for student in [s for s in pages if s.startswith("mistake-")]:
+        messages = " ".join(m for result, _, ms in _cells(pages[student]).values() if result == "未通过" for m in ms)
+        english = [h.msgid for h in hints if len(h.msgid) > 15 and h.msgid in messages]
+        assert not english, f"{student}'s page shows the English hints {english}"
+        for h in hints:
+            if chinese.get(h.msgid) and chinese[h.msgid] in messages:
+                shown.setdefault(h.visibility, set()).add(h.msgid)
+    assert set(shown) == {check_hints.VISIBLE, check_hints.HIDDEN}, shown
