@@ -212,6 +212,12 @@ def read_catalogue(path: Path) -> Catalog:
 def po_bytes(catalog: Catalog) -> bytes:
     """The catalogue as a .po file, each fuzzy entry with the English it was translated from (``#| msgid``)."""
     out = io.BytesIO()
+    for message in catalog:
+        # Babel re-guesses python-format from a '%' in the English ("90% of the text") on every merge, and a
+        # translator's no-python-format then sits beside it: msgfmt takes the last flag and rejects the entry.
+        # Nothing in these catalogues is %-formatted, so the translator's word wins.
+        if "no-python-format" in message.flags:
+            message.flags.discard("python-format")
     # Not write_po's include_previous: Babel 2.19 wraps a long previous msgid as a comment, splitting its quoted
     # string across lines, which gettext's tools and Babel's own reader reject.
     write_po(out, catalog, width=WIDTH)

@@ -16,6 +16,7 @@ import shutil
 
 import nbformat
 import pytest
+from babel.messages.catalog import Catalog
 
 from attention_course.cells import grade_id, is_graded_test, is_solution, nbgrader_meta
 from autograder import kit, kit_texts, notebook_text, submissions, translated_release, translations
@@ -188,6 +189,18 @@ def test_a_changed_english_unit_comes_back_fuzzy_and_a_removed_one_obsolete(tmp_
     assert dropped in after.obsolete and after.obsolete[dropped].string == "删除的译文。"
     assert not translations.update(course, chapter, LANG), "a second update changed the catalogue"
     assert translations.translator(after)("CHANGED " + kept) is None, "a fuzzy translation must not be used"
+
+
+@pytest.mark.unit
+def test_a_translators_no_python_format_survives_a_rewrite():
+    """English such as "90% of the text" makes Babel guess python-format on every merge; a translator marks the
+    entry no-python-format (the Chinese cannot mirror a '%' directive). A rewrite must keep only the translator's
+    flag: with both, msgfmt --check-format takes the last one and rejects the file."""
+    cat = Catalog(locale="zh_CN")
+    cat.add("90% of the text is kept", "保留 90% 的文本", flags=("python-format", "no-python-format"))
+    text = translations.po_bytes(cat).decode("utf-8")
+    flags = [line for line in text.splitlines() if line.startswith("#,") and "format" in line]
+    assert flags == ["#, no-python-format"], flags
 
 
 # ---------------------------------------------------------------- the Chinese releases
