@@ -17,6 +17,7 @@ import torch
 from attention_course import language
 from attention_course.checks import CheckFailed, Checks
 from attention_course.language import ENVIRONMENT, hint, hints_from, speaking
+from attention_course.selfcheck import Finding, Result
 from autograder import check_hints, class_language, kit, translations
 from autograder.course import Course
 
@@ -178,12 +179,16 @@ def first_translated(visibility: str) -> tuple[str, str, str]:
 
 @pytest.mark.unit
 def test_a_learners_failed_check_shows_the_visible_hint_in_chinese(monkeypatch):
-    """What the self-check and nbval report is the kernel's CheckFailed: in Chinese, with the packaged hint."""
-    _, english, chinese = first_translated(check_hints.VISIBLE)
+    """What the self-check reports of a failed test cell is the kernel's CheckFailed (nbval records it): in a
+    Chinese learner's kernel, its hint is the packaged Chinese one."""
+    chapter, english, chinese = first_translated(check_hints.VISIBLE)
     monkeypatch.setenv(ENVIRONMENT, "zh")
     with pytest.raises(CheckFailed) as failed:
         Checks("test_cell").close("scores", torch.zeros(2), torch.ones(2), hint=english)
     assert chinese in str(failed.value) and english not in str(failed.value), str(failed.value)
+    finding = Finding("test_cell", 'check = Checks("test_cell")', None, "error", error=str(failed.value))
+    report = Result(chapter, 5, [finding]).report("mine.ipynb")
+    assert "自检未通过" in report and chinese in report and english not in report, report
     monkeypatch.setenv(ENVIRONMENT, "en")
     with pytest.raises(CheckFailed) as failed:
         Checks("test_cell").close("scores", torch.zeros(2), torch.ones(2), hint=english)
