@@ -33,7 +33,9 @@ translated when a check shows them, by :func:`hint`: keyed by their English, per
 (``data/<chapter>.checks.<lang>.json``, written by ``python -m autograder translations update``); the hidden tests'
 hints never reach a learner. The grader supplies the full table (visible and hidden, read from the repository's
 catalogues) for a block with :func:`hints_from`. A key may carry named fields (``method {method!r}: ...``, from
-an f-string): the shown text is matched against it and the values carried into the translation.
+an f-string): the shown text is matched against it and the values carried into the translation. Under stock
+nbgrader (``python -m autograder nbgrader autograde``, on the instructor's machine) the kernels decide the checks:
+the grader hands them its full table in the file :data:`GRADER_HINTS` names.
 """
 from __future__ import annotations
 
@@ -63,6 +65,10 @@ KIT_LANGUAGE_FILE = PACKAGE / "kit_language"
 # The check hints' compiled catalogues: data/<chapter><HINTS_SUFFIX>.<lang>.json, visible hints only.
 HINTS_SUFFIX = ".checks"
 # A key's named fields ({name}, {method!r}); what a key with fields matches in place of each.
+# A JSON file {"language": ..., "hints": {English: translation}} the grader writes for the kernels stock nbgrader
+# starts (autograder/__main__.py): hidden hints included, for the class's language. A learner who sets it can only
+# point it at a file of their own.
+GRADER_HINTS = "ATTENTION_COURSE_GRADER_HINTS"
 HINT_FIELD = re.compile(r"\{([A-Za-z_]\w*)(![rsa])?\}")
 
 _chosen: contextvars.ContextVar[str | None] = contextvars.ContextVar("attention_course_language", default=None)
@@ -190,6 +196,20 @@ def packaged_hints(language: str, localedir: Path = LOCALE_DIR) -> dict[str, str
     return table
 
 
+@functools.lru_cache(maxsize=4)
+def handed_hints(path: str, language: str) -> dict[str, str]:
+    """The hint table of the grader's file at ``path`` (:data:`GRADER_HINTS`) if it is for ``language``, else {}."""
+    if not path:
+        return {}
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    hints = data.get("hints") if isinstance(data, dict) and data.get("language") == language else None
+    return {k: v for k, v in hints.items() if isinstance(k, str) and isinstance(v, str)} \
+        if isinstance(hints, dict) else {}
+
+
 @contextlib.contextmanager
 def hints_from(source: HintSource):
     """Inside the block, :func:`hint` looks hints up in ``source(language)`` instead of the package's (visible-only)
@@ -207,7 +227,10 @@ def hint(text: str, language: str | None = None) -> str:
     if language == ENGLISH or not isinstance(text, str) or not text:
         return text
     source = _hint_source.get()
-    table = source(language) if source is not None else packaged_hints(language)
+    if source is not None:
+        table = source(language)
+    else:
+        table = handed_hints(os.environ.get(GRADER_HINTS, ""), language) or packaged_hints(language)
     found = table.get(text)
     if found:
         return found

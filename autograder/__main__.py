@@ -125,15 +125,19 @@ def main(argv: list[str]) -> int:
 
         return serve_main(rest)
     if command == "nbgrader":
-        from attention_course.language import ENVIRONMENT
+        from attention_course.language import ENVIRONMENT, GRADER_HINTS
 
-        from .class_language import class_language
+        from .class_language import class_language, write_hint_table
 
         course = Course()
         # Under stock nbgrader the kernels decide the checks and their messages are what its feedback shows: they
-        # speak the class's language (autograder/class_language.py), not whatever the instructor's shell has.
-        env = {**course.nbgrader_env(), ENVIRONMENT: class_language(course)}
-        return subprocess.call([sys.executable, "-m", "nbgrader", *rest], env=env, cwd=course.root)
+        # speak the class's language (autograder/class_language.py), not whatever the instructor's shell has, and
+        # get the grader's hint table (hidden tests' hints too: the kernels run where the solutions are).
+        language = class_language(course)
+        with tempfile.TemporaryDirectory(prefix="attention-course-hints-") as tmp:
+            hints = write_hint_table(language, Path(tmp) / "hints.json")
+            env = {**course.nbgrader_env(), ENVIRONMENT: language, GRADER_HINTS: str(hints)}
+            return subprocess.call([sys.executable, "-m", "nbgrader", *rest], env=env, cwd=course.root)
     print(f"unknown command {command!r}\n{__doc__}", file=sys.stderr)
     return 2
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import json
 from pathlib import Path
 
 from babel.messages.pofile import read_po
@@ -96,6 +97,14 @@ def hint_translations(language: str, locales: Path = LOCALES) -> dict[str, str]:
     for path in sorted((locales / language / "LC_MESSAGES").glob(f"*{HINTS_SUFFIX}.po")):
         table.update(translations(language, path.name.removesuffix(".po"), locales))
     return table
+
+
+def write_hint_table(language: str, path: Path) -> Path:
+    """The grader's hint table for ``language`` (hidden hints included) as the file the kernels of stock nbgrader
+    read (``attention_course.language.GRADER_HINTS``)."""
+    path.write_text(json.dumps({"language": language, "hints": hint_translations(language)}, ensure_ascii=False),
+                    encoding="utf-8")
+    return path
 
 
 @contextlib.contextmanager

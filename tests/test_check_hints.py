@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import zipfile
+from pathlib import Path
 
 import nbformat
 import pytest
@@ -206,3 +207,32 @@ def test_a_learners_kernel_never_finds_a_hidden_hints_translation(monkeypatch):
     assert hint(english) == english
     with speaking(ZH), hints_from(class_language.hint_translations.__wrapped__):
         assert hint(english) == chinese
+
+
+@pytest.mark.unit
+def test_stock_nbgraders_kernels_get_the_hidden_hints_in_the_class_language(tmp_path, monkeypatch):
+    """``python -m autograder nbgrader autograde``: stock nbgrader's kernels decide the checks (on the instructor's
+    machine), so the grader hands them its full hint table; a learner's kernel has only the packaged one."""
+    import autograder.__main__ as commands
+
+    found = [(e, c) for e, c in hidden_only().items() if c and "{" not in e]
+    assert found, "no hidden hint is translated yet: locales/zh_CN/LC_MESSAGES/*.checks.po"
+    english, chinese = found[0]
+    course = Course().copy_to(tmp_path / "course", with_release=False)
+    config = course.root / "autograder" / "nbgrader_config.py"
+    config.write_text(config.read_text() + '\nc.AttentionCourse.language = "zh"\n')
+    handed = tmp_path / "handed.json"
+    seen = {}
+
+    def call(argv, env, cwd):
+        seen.update(env)
+        handed.write_bytes(Path(env[language.GRADER_HINTS]).read_bytes())  # gone when the command returns
+        return 0
+
+    monkeypatch.setattr(commands, "Course", lambda: course)
+    monkeypatch.setattr(commands.subprocess, "call", call)
+    assert commands.main(["nbgrader", "--version"]) == 0
+    monkeypatch.setenv(ENVIRONMENT, seen[ENVIRONMENT])
+    assert hint(english) == english  # the packaged table: no hidden hint
+    monkeypatch.setenv(language.GRADER_HINTS, str(handed))
+    assert hint(english) == chinese
