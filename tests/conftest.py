@@ -28,21 +28,22 @@ KINDS = ("unit", "notebooks", "sandbox", "services")
 
 
 # CPU seconds each test file takes in the whole suite on 2 cores (`pytest --cpu-report`, scripts/cpu_report.py;
-# measured 2026-11-27 on a fresh clone at 9be29d2, where the reference profiles are built inside whichever of the
-# first two files takes the lock first). Whole files go to the xdist workers in this order, longest first
+# measured 2026-11-28 on a fresh clone at cf562e4 under a load average of 7-9, where the reference profiles are
+# built inside whichever of the first two files takes the lock first). Whole files go to the xdist workers in this order, longest first
 # (scripts/run_tests.sh passes --no-loadscope-reorder, which would otherwise order them by their number of tests
 # and leave single long tests, the services, for last), so the suite does not end with one worker finishing a long
 # file while the other idles. Only the order depends on these numbers: a stale one costs time, never a result; a
 # file not listed goes last.
-FILE_SECONDS = {"test_chapters.py": 326, "test_catalogues.py": 175, "test_isolation.py": 123, "test_release.py": 106,
-                "test_shortcuts.py": 88, "test_nbval.py": 82, "test_unprivileged.py": 81, "test_ch9_cheats.py": 76,
-                "test_kit.py": 76, "test_mutants.py": 72, "test_batch.py": 70, "test_benchmarks.py": 60,
-                "test_deadlines.py": 43, "test_exchange.py": 34, "test_serve.py": 32, "test_postgres.py": 28,
-                "test_jupyterhub.py": 27, "test_initialisation.py": 26, "test_devices.py": 25, "test_dask.py": 18,
-                "test_formgrader.py": 18, "test_selfcheck.py": 17, "test_malformed_class.py": 16,
-                "test_ch8_cheats.py": 13, "test_similarity.py": 13, "test_book.py": 12, "test_report.py": 7,
-                "test_book_walk.py": 7, "test_intake.py": 7, "test_verdict_properties.py": 4,
-                "test_new_gradebook.py": 4, "test_active_content.py": 4}
+FILE_SECONDS = {"test_chapters.py": 418, "test_catalogues.py": 190, "test_isolation.py": 127, "test_release.py": 119,
+                "test_shortcuts.py": 112, "test_kit.py": 111, "test_nbval.py": 104, "test_unprivileged.py": 90,
+                "test_ch9_cheats.py": 87, "test_batch.py": 84, "test_benchmarks.py": 79, "test_deadlines.py": 60,
+                "test_kit_language.py": 52, "test_mutants.py": 48, "test_exchange.py": 45, "test_dask.py": 40,
+                "test_serve.py": 38, "test_postgres.py": 34, "test_jupyterhub.py": 32, "test_devices.py": 29,
+                "test_initialisation.py": 28, "test_translations.py": 24, "test_book.py": 22,
+                "test_formgrader.py": 19, "test_selfcheck.py": 19, "test_malformed_class.py": 19,
+                "test_ch8_cheats.py": 13, "test_similarity.py": 12, "test_class_language.py": 10,
+                "test_book_walk.py": 8, "test_report.py": 8, "test_intake.py": 7, "test_verdict_properties.py": 4,
+                "test_new_gradebook.py": 4, "test_active_content.py": 4, "test_grade_one.py": 4}
 
 
 @pytest.hookimpl(tryfirst=True)  # before -m deselects, so every collected test is checked
