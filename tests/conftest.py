@@ -29,10 +29,10 @@ KINDS = ("unit", "notebooks", "sandbox", "services")
 
 # CPU seconds each test file takes in the whole suite on 2 cores (`pytest --cpu-report`, scripts/cpu_report.py;
 # measured 2026-11-28 on a fresh clone at cf562e4 under a load average of 7-9, where the reference profiles are
-# built inside whichever of the first two files takes the lock first). Whole files go to the xdist workers in this order, longest first
-# (scripts/run_tests.sh passes --no-loadscope-reorder, which would otherwise order them by their number of tests
-# and leave single long tests, the services, for last), so the suite does not end with one worker finishing a long
-# file while the other idles. Only the order depends on these numbers: a stale one costs time, never a result; a
+# built inside whichever of the first two files takes the lock first). Whole files go to the xdist workers in
+# this order, longest first (scripts/run_tests.sh passes --no-loadscope-reorder, which would otherwise order them
+# by their number of tests and leave single long tests, the services, for last), so the suite does not end with
+# one worker finishing a long file while the other idles. Only the order depends on these numbers: a stale one costs time, never a result; a
 # file not listed goes last.
 FILE_SECONDS = {"test_chapters.py": 418, "test_catalogues.py": 190, "test_isolation.py": 127, "test_release.py": 119,
                 "test_shortcuts.py": 112, "test_kit.py": 111, "test_nbval.py": 104, "test_unprivileged.py": 90,
