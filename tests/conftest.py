@@ -32,8 +32,8 @@ KINDS = ("unit", "notebooks", "sandbox", "services")
 # built inside whichever of the first two files takes the lock first). Whole files go to the xdist workers in
 # this order, longest first (scripts/run_tests.sh passes --no-loadscope-reorder, which would otherwise order them
 # by their number of tests and leave single long tests, the services, for last), so the suite does not end with
-# one worker finishing a long file while the other idles. Only the order depends on these numbers: a stale one costs time, never a result; a
-# file not listed goes last.
+# one worker finishing a long file while the other idles. Only the order depends on these numbers: a stale one
+# costs time, never a result; a file not listed goes last.
 FILE_SECONDS = {"test_chapters.py": 418, "test_catalogues.py": 190, "test_isolation.py": 127, "test_release.py": 119,
                 "test_shortcuts.py": 112, "test_kit.py": 111, "test_nbval.py": 104, "test_unprivileged.py": 90,
                 "test_ch9_cheats.py": 87, "test_batch.py": 84, "test_benchmarks.py": 79, "test_deadlines.py": 60,
