@@ -53,6 +53,8 @@ def course_config(course: Course):
     from traitlets.config.loader import PyFileConfigLoader  # as late_policy.load_config: only when asked
 
     path = course.root / "autograder" / "nbgrader_config.py"
+    if not path.is_file():  # a course with no configuration of its own (a bare copy) sets no language: English
+        return {}
     return PyFileConfigLoader(path.name, path=str(path.parent)).load_config()
 
 

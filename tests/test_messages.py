@@ -279,3 +279,5 @@ def test_the_class_language_is_the_course_configurations(tmp_path):
     assert class_language.course_config(course) == late_policy.load_config(course)
     config.write_text(config.read_text() + '\nc.AttentionCourse.language = "tlh"\n')
     assert class_language.class_language(course) == "en", "a language the course does not have: English"
+    config.unlink()  # a course copied without its configuration (as several suite fixtures make) grades in English
+    assert class_language.class_language(course) == "en", "no configuration file: English"
