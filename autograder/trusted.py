@@ -620,10 +620,9 @@ _FLAGS = [(re.compile(p), s) for p, s in (
 def public_reason(reason: str) -> str:
     """A result's reason as a learner's feedback shows it (see ``_PUBLIC_REASONS``), in the class's language."""
     reason = str(reason)
-    for pattern, sentence in _PUBLIC_REASONS:
-        match = pattern.fullmatch(reason)
-        if match:
-            return tr(sentence, **match.groupdict())
+    known = _table_sentence(reason, _PUBLIC_REASONS)
+    if known is not None:
+        return known
     if reason.startswith(_BROKE_PYTHON):
         return tr("kernel died (the notebook broke the Python it runs in)")
     return tr("the notebook could not be graded normally (your instructor can see why)")
@@ -638,14 +637,20 @@ _POLICIES = [(re.compile(p), s) for p, s in (
 )]
 
 
-def _in_class_language(text: str, table) -> str:
-    """``text`` in the class's language where it is one of ``table``'s sentences, else as it was written."""
-    text = str(text)
+def _table_sentence(text: str, table) -> str | None:
+    """``text`` in the class's language where it is one of ``table``'s (pattern, sentence) pairs, else None."""
     for pattern, sentence in table:
         match = pattern.fullmatch(text)
         if match:
             return tr(sentence, **match.groupdict())
-    return text
+    return None
+
+
+def _in_class_language(text: str, table) -> str:
+    """``text`` in the class's language where it is one of ``table``'s sentences, else as it was written."""
+    text = str(text)
+    known = _table_sentence(text, table)
+    return text if known is None else known
 
 
 def public_flag(flag: str) -> str:
