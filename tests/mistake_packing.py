@@ -17,28 +17,45 @@ from autograder import idling
 from autograder.cell_reach import reach as reach_of
 
 
-def covering_sample(mistakes) -> list:
-    """Fewest mistakes (greedy) whose ``fails`` together name every cell that any mistake of the chapter fails."""
-    left = {cell for m in mistakes for cell in m.fails}
-    chosen = []
-    while left:
-        best = max(mistakes, key=lambda m: (len(left & set(m.fails)), -mistakes.index(m)))
-        chosen.append(best)
-        left -= set(best.fails)
-    return chosen
+def compatible(reach: dict[str, set[str]], a, b) -> bool:
+    """Can mistakes ``a`` and ``b`` share a notebook? Different solution cells, disjoint failing cells, and neither
+    can change what any cell the other should fail computes."""
+    def touches(x, y) -> bool:
+        return x.cell in y.fails or any(x.cell in reach.get(cell, ()) for cell in y.fails)
+
+    return a.cell != b.cell and not set(a.fails) & set(b.fails) and not touches(a, b) and not touches(b, a)
+
+
+def one_notebook_sample(course, chapter: str, mistakes) -> list:
+    """The mistakes of one notebook that together fail the most distinct cells (ties: fewer mistakes, then catalogue
+    order): an exact branch and bound over the compatible sets (``compatible``), small enough to run at collection
+    (a catalogue has tens of mistakes and a notebook holds at most one per solution cell)."""
+    reach = reach_of(course, chapter)
+    order = sorted(mistakes, key=lambda m: (-len(set(m.fails)), mistakes.index(m)))
+    fits = {(i, j): compatible(reach, a, b) for i, a in enumerate(order) for j, b in enumerate(order)}
+    best: list = [0, []]
+
+    def search(i: int, chosen: list[int], covered: int) -> None:
+        if covered > best[0]:
+            best[:] = [covered, [order[k] for k in chosen]]
+        open_ = [j for j in range(i, len(order)) if all(fits[j, k] for k in chosen)]
+        # bound: the chosen cells plus every cell a mistake that still fits could add
+        if not open_ or covered + len({c for j in open_ for c in order[j].fails}) <= best[0]:
+            return
+        j = open_[0]
+        search(j + 1, chosen + [j], covered + len(set(order[j].fails)))
+        search(j + 1, chosen, covered)
+
+    search(0, [], 0)
+    return sorted(best[1], key=mistakes.index)
 
 
 def packed(course, chapter: str, mistakes) -> list[list]:
     """``mistakes`` in as few notebooks (lists) as keep them apart, first fit in catalogue order."""
     reach = reach_of(course, chapter)
-
-    def touches(a, b) -> bool:  # can mistake a change what any cell b should fail computes?
-        return a.cell in b.fails or any(a.cell in reach.get(cell, ()) for cell in b.fails)
-
     bins: list[list] = []
     for m in mistakes:
-        home = next((b for b in bins if all(o.cell != m.cell and not set(o.fails) & set(m.fails)
-                                            and not touches(o, m) and not touches(m, o) for o in b)), None)
+        home = next((b for b in bins if all(compatible(reach, o, m) for o in b)), None)
         if home is None:
             bins.append([m])
         else:
