@@ -72,7 +72,7 @@ from attention_course.expected import (drawn_seeds, profile_digest, read_profile
 from attention_course.kinds import REGISTRY
 from attention_course.language import speaking
 
-from . import intake, kit, learner_files, memory_budget, sandbox, structure, trusted
+from . import cell_reach, intake, kit, learner_files, memory_budget, sandbox, structure, trusted
 from .class_language import class_language, grading
 from .course import Course
 from .reinitialise import reinitialised
@@ -539,15 +539,18 @@ class Engine:
         return report, notes
 
     def _cells_to_run(self, nb: nbformat.NotebookNode, tests: dict[str, int], prof: dict,
-                      skip: set[str] = frozenset()) -> list[dict]:
+                      skip: set[str] = frozenset(), run_tests: frozenset[str] | None = None) -> list[dict]:
         """The job's cells: every code cell in order but those whose source is in ``skip`` (the chapter's
-        untouched demos); graded test cells rewritten and seeded."""
+        untouched demos) and the graded test cells outside ``run_tests`` (None: all of them); graded test cells
+        rewritten and seeded."""
         cells = []
         for index, c in enumerate(nb.cells):
             if c.cell_type != "code" or (c.source.strip() in skip and not is_graded_run(c)):
                 continue
             entry = {"index": index, "code": c.source}
             gid = grade_id(c) if is_graded_test(c) else None
+            if gid is not None and run_tests is not None and gid not in run_tests and tests.get(gid) == index:
+                continue
             if gid is not None and tests.get(gid) == index:
                 spec = prof["cells"].get(gid)
                 if spec is None:
@@ -564,19 +567,34 @@ class Engine:
 
     # -- grading ----------------------------------------------------------------------------------------
 
-    def grade(self, chapter: str, submission: Path, student: str) -> GradingResult:
+    def grade(self, chapter: str, submission: Path, student: str, judge: frozenset[str] | None = None) -> GradingResult:
+        """Grade one submission. ``judge``: for a maintainer's tool that grades a variant of the reference on some
+        cells only (the mistake catalogue, the shortcut lint, the mutation score): the graded test cells to decide.
+        Those run, with every graded test cell whose bindings they use (autograder/cell_reach.py); the other test
+        cells are not run and score 0 as "not judged". It is an argument of the trusted caller, never anything a
+        submission says; ``grade``, ``grade-one`` and ``serve`` never pass it."""
         # Every message of this grading (decisions, budget notes) in the class's language, never in one a
         # learner's kernel claims: see autograder/class_language.py.
         with grading(self.language):  # hidden tests' hints too: this is the trusted side
-            return self._grade_in_class_language(chapter, submission, student)
+            return self._grade_in_class_language(chapter, submission, student, judge)
 
-    def _grade_in_class_language(self, chapter: str, submission: Path, student: str) -> GradingResult:
+    def _tests_to_run(self, chapter: str, judge: frozenset[str] | None) -> frozenset[str] | None:
+        """``judge`` and the graded test cells it reaches (a test cell reading what an earlier test cell bound
+        would otherwise fail for want of it, not for the learner's code)."""
+        if judge is None:
+            return None
+        reach = cell_reach.reach(self.course, chapter)
+        tests = {gid for gid, _ in self._graded_cells(chapter)}
+        return frozenset(judge) | {c for j in judge for c in reach.get(j, ()) if c in tests}
+
+    def _grade_in_class_language(self, chapter: str, submission: Path, student: str,
+                                 judge: frozenset[str] | None = None) -> GradingResult:
         started = time.monotonic()
         timed = time.perf_counter()
         self._clock = {} if self.on_stage is not None else None
         base = {"student": student, "chapter": chapter, "isolation": self.isolation.get("label", "")}
         try:
-            result = self._grade(chapter, Path(submission), base)
+            result = self._grade(chapter, Path(submission), base, self._tests_to_run(chapter, judge))
         except GraderError as exc:
             result = self._unscored(chapter, base, "failed", f"grader error: {exc}")
         except Exception as exc:  # noqa: BLE001 - one notebook must never stop a batch
@@ -614,7 +632,8 @@ class Engine:
             self._hidden[chapter] = cached
         return cached[1]
 
-    def _grade(self, chapter: str, submission: Path, base: dict) -> GradingResult:
+    def _grade(self, chapter: str, submission: Path, base: dict,
+               run_tests: frozenset[str] | None = None) -> GradingResult:
         src_path = self.course.source_notebook(chapter)
         if not src_path.is_file():
             raise GraderError(f"unknown chapter {chapter!r}")
@@ -642,7 +661,8 @@ class Engine:
         # or train illustrations (most of a notebook's time) and no graded check reads them. A cell the learner
         # wrote or changed still runs.
         demos = {c.source.strip() for c in source.cells if c.cell_type == "code" and not is_graded_run(c)}
-        report, notes = self._run_graded(fixed.nb, self._cells_to_run(fixed.nb, fixed.tests, prof, skip=demos),
+        report, notes = self._run_graded(fixed.nb, self._cells_to_run(fixed.nb, fixed.tests, prof, skip=demos,
+                                                                      run_tests=run_tests),
                                          source, self.limits)
         report, output_flags = intake.clean_report(report)  # learner-controlled: encodable, bounded depth
         if report.get("status") == "error":
@@ -656,7 +676,7 @@ class Engine:
         leaks = trusted.LeakFilter([c.source for c in source.cells if is_graded_test(c) and trusted.is_hidden(c.source)])
         started = time.perf_counter()
         decided = _add_budget_notes(_decide(prof, executed, fixed.tests, self._graded_cells(chapter), leaks,
-                                            self.limits.cell_timeout_s), notes)
+                                            self.limits.cell_timeout_s, run_tests), notes)
         if notes and not memory_budget.proven(self.isolation):  # rlimits only: a budget is a claim there
             decided, flag = memory_budget.withhold(decided, notes, base["isolation"])
             found["flags"] = found["flags"] + ([flag] if flag else [])
@@ -728,12 +748,19 @@ def _merge_outputs(nb: nbformat.NotebookNode, report: dict) -> nbformat.Notebook
     return executed
 
 
+NOT_JUDGED = "not judged: this grading ran other cells only"  # Engine.grade's judge left this cell out
+
+
 def _decide(prof: dict, executed: nbformat.NotebookNode, tests: dict[str, int],
             graded: list[tuple[str, float]], leak_filter: trusted.LeakFilter | None = None,
-            cell_timeout_s: float | None = None) -> list[CellResult]:
-    """The trusted decision for every graded cell, in the chapter's order, from the records the kernel made."""
+            cell_timeout_s: float | None = None, run_tests: frozenset[str] | None = None) -> list[CellResult]:
+    """The trusted decision for every graded cell, in the chapter's order, from the records the kernel made; a
+    cell outside ``run_tests`` (a maintainer's tool judged others: ``Engine.grade``'s ``judge``) did not run."""
     out = []
     for gid, pts in graded:
+        if run_tests is not None and gid not in run_tests:
+            out.append(CellResult(gid, pts, False, (NOT_JUDGED,)))
+            continue
         idx = tests.get(gid)
         outputs = executed.cells[idx].get("outputs", []) if idx is not None else []
         records = [o["data"][RECORD_MIME] for o in outputs

@@ -730,7 +730,8 @@ def grade_mutants(course: Course, chapter: str, mutants: list[Mutant], engine, l
     def run(bin_: list[Mutant], tag: str) -> dict:
         nb = submission(course, chapter, bin_, own, reach, solution_cells)
         path = submissions.write_submission(course, f"mutants-{tag}", chapter, nb)
-        return engine.grade(chapter, path, f"mutants-{tag}")
+        # a mutant is judged on its exercise's own cells only: the engine runs just those (and what they read)
+        return engine.grade(chapter, path, f"mutants-{tag}", judge=frozenset(c for m in bin_ for c in own[m.cell]))
 
     # The control: the reference itself, laid out like the fullest notebook (the same cells idled), must keep
     # every point its judged cells carry; otherwise a "killed" would only measure a broken layout.
