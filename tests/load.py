@@ -1,9 +1,13 @@
-"""A busy machine on demand: processes that spin on every core while a test runs (CpuBurner), and how many times
-the hostile corpus is graded under them (corpus_runs).
+"""A busy machine on demand: processes that spin while a test runs (CpuBurner), and how many times the hostile
+corpus is graded under them (corpus_runs, batch_params).
 
-CI machines are shared: a test that passes only on an idle machine fails there. The hostile corpus is graded under
-a CpuBurner at one level in every run of the suite, and ``HOSTILE_RUNS=N`` grades it N times in a row at every
-level, each under a burner (tests/test_isolation.py, tests/test_unprivileged.py)::
+CI machines are shared: a test that passes only on an idle machine fails there. In every run of the suite the
+hostile corpus is graded at one level beside a CpuBurner of one spinning process: the suite runs one pytest worker
+per core, so with the other worker busy on its own file the grading engine and its kernels share the 2 cores with
+at least two other runnable processes: a load of 3 or more on 2 cores, each kernel getting at most 2/3 of a core.
+(One spinner per core, before, made it 4 and took as much from the other worker's file as from this batch.)
+``HOSTILE_RUNS=N`` grades it N times in a row at every level, each under a burner of one spinning process per core,
+the full overload whatever else runs (tests/test_isolation.py, tests/test_unprivileged.py)::
 
     HOSTILE_RUNS=5 .venv/bin/python -m pytest tests/test_isolation.py -k "test_hostile_notebook and root" -n 0
 """
@@ -72,13 +76,15 @@ def corpus_runs() -> int:
     return int(value)
 
 
-def batch_params(levels: tuple[str, ...], loaded: tuple[str, ...]) -> tuple[list[tuple[str, int, bool]], list[str]]:
-    """The hostile corpus's batches as fixture params and ids: ``(level, run, under a burner)``.
+def batch_params(levels: tuple[str, ...], loaded: tuple[str, ...]) -> tuple[list[tuple[str, int, int]], list[str]]:
+    """The hostile corpus's batches as params and ids: ``(level, run, spinning processes beside it)``, 0 for none.
 
-    One run per level (the suite): the levels in ``loaded`` under a burner, ids the level's name. ``HOSTILE_RUNS=N``
-    (N > 1): N runs of each level in a row, every one under a burner, ids ``<level>-run<k>``."""
+    One run per level (the suite): the levels in ``loaded`` beside one spinning process (the other pytest worker
+    keeps the other core busy), ids the level's name. ``HOSTILE_RUNS=N`` (N > 1): N runs of each level in a row,
+    every one beside one spinning process per core, ids ``<level>-run<k>``."""
     runs = corpus_runs()
     if runs == 1:
-        return [(level, 1, level in loaded) for level in levels], list(levels)
-    params = [(level, k, True) for level in levels for k in range(1, runs + 1)]
+        return [(level, 1, int(level in loaded)) for level in levels], list(levels)
+    every_core = os.cpu_count() or 1
+    params = [(level, k, every_core) for level in levels for k in range(1, runs + 1)]
     return params, [f"{level}-run{k}" for level, k, _ in params]

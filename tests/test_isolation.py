@@ -6,9 +6,12 @@ for the case that only waits for the wall clock: tests/hostile/run.py) with smal
 (1.5 GB, 64 processes, 5 MB of output; cell 60 s and notebook 120 s, except for the two cases that test a clock: a
 3 s cell, an 8 s notebook) in a throwaway copy of the course that also holds a gradebook, another learner's
 submission and a canary file; a TCP server listens on 127.0.0.1 only. Each case asserts its exact score, status,
-reason and flags, that the whole batch finished, and that nothing outside the sandbox changed. The root level's
-batch is graded while a CpuBurner (tests/load.py) keeps every core busy; ``HOSTILE_RUNS=N`` grades every level's
-corpus N times in a row, each under a burner.
+reason and flags, that the whole batch finished, and that nothing outside the sandbox changed. Every case is graded
+at the root level; the level-independent ones (tests/hostile/levels.py, LEVEL_INDEPENDENT: Python-level cheats and
+files refused before any kernel starts, whose outcome no jail can change) at the root level only, the others at
+every level. The root level's batch is graded beside a CpuBurner of one spinning process (tests/load.py: with the
+other pytest worker busy, both cores are); ``HOSTILE_RUNS=N`` grades every level's corpus N times in a row, each
+beside one spinning process per core.
 
 These tests need root, Linux namespaces and cgroup v1 memory+pids controllers: without them they fail
 with a message saying what is missing (they never skip).
@@ -36,10 +39,11 @@ from autograder.course import Course
 from autograder.isolation import Engine, Limits, feedback_html
 from autograder.results import GradingResult
 
+from .hostile import cases as hostile_cases
 from .hostile import run
 from .hostile.cases import CASES, CHAPTER, FULL, Ctx
 from .synthetic import write_chapter
-from .hostile.levels import expected
+from .hostile.levels import FULLEST, LEVEL_INDEPENDENT, expected, graded_at
 from .load import CpuBurner, batch_params, cpu_seconds_of
 
 COURSE = Course()
@@ -52,7 +56,15 @@ LEVELS_AS_ROOT = ("root", "user", "process")
 # the level whose batch the suite grades beside a CpuBurner (the memory bomb once lost a race there on a busy machine)
 LOADED_LEVELS = ("root",)
 BATCHES, BATCH_IDS = batch_params(LEVELS_AS_ROOT, LOADED_LEVELS)
+
 MISTAKES = [m.id for m in submissions.load_mistakes(COURSE, CHAPTER)]
+
+
+def case_params(batches: list[tuple], ids: list[str]) -> list:
+    """``(batch, case)`` params of every case graded at each batch's level (levels.graded_at), ids
+    ``<batch id>-<case>``: a level-independent case has no test at a level other than the root one."""
+    return [pytest.param(params, case, id=f"{bid}-{case.name}") for params, bid in zip(batches, ids)
+            for case in CASES if graded_at(case, params[0])]
 
 
 def _course_copy(dest: Path) -> Course:
@@ -116,25 +128,56 @@ class _Server:
         self.sock.close()
 
 
-def selected_cases(request, test_name: str) -> set[str] | None:
-    """The hostile cases this session's selected tests ask for (``-k``), or None for all of them: a batch then
-    grades only those (and the reference after them), not the whole corpus."""
-    names = set()
-    for item in request.session.items:
-        if request.fixturename not in getattr(item, "fixturenames", ()):
-            continue
-        case = getattr(getattr(item, "callspec", None), "params", {}).get("case")
-        if getattr(item, "originalname", "") != test_name or case is None:
-            return None  # a test that reads the whole batch
-        names.add(case.name)
-    return names or None
+class CorpusBatches:
+    """The hostile corpus's batches of one test module, each graded (``grade(params, names)``) when a test first asks
+    for it and dropped once the last selected test that reads it has run: the tests of one level need not run one
+    after the other, and a batch is never graded twice.
+
+    ``names``: the cases graded at the batch's level (levels.graded_at) that this session's selected tests ask for
+    (``-k``), or all of them where a test reads the whole batch; the reference is graded after them either way."""
+
+    def __init__(self, request, grade):
+        self.grade, self.graded, self.asked, self.last = grade, {}, {}, {}
+        for item in request.session.items:
+            params = getattr(getattr(item, "callspec", None), "params", {})
+            if item.path != request.path or "batch" not in params:
+                continue
+            batch, case = params["batch"], params.get("case")
+            self.last[batch] = item.nodeid
+            asked = self.asked.setdefault(batch, set())
+            if case is None or asked is None:
+                self.asked[batch] = None  # a test that reads the whole batch
+            else:
+                asked.add(case.name)
+
+    def get(self, params: tuple) -> dict:
+        if params not in self.graded:
+            asked = self.asked.get(params)
+            names = {c.name for c in CASES if graded_at(c, params[0]) and (asked is None or c.name in asked)}
+            self.graded[params] = self.grade(params, names)
+        return self.graded[params]
+
+    def done(self, item, params: tuple) -> None:
+        if self.last.get(params) == item.nodeid:
+            self.graded.pop(params, None)
 
 
-@pytest.fixture(scope="module", params=BATCHES, ids=BATCH_IDS)
-def batch(request, tmp_path_factory):
-    """Grade the hostile corpus (the selected cases), in one Engine at one isolation level, once (run.grade_cases);
-    beside a CpuBurner where the batch's params say so (tests/load.py)."""
-    level, attempt, loaded = request.param
+@pytest.fixture(scope="module")
+def corpus(request, tmp_path_factory):
+    return CorpusBatches(request, lambda params, names: _grade_batch(params, names, tmp_path_factory))
+
+
+@pytest.fixture
+def batch(request, corpus):
+    """The batch of ``request.param`` (tests/load.py: level, run, spinning processes), graded once (CorpusBatches)."""
+    yield corpus.get(request.param)
+    corpus.done(request.node, request.param)
+
+
+def _grade_batch(params: tuple, names: set[str], tmp_path_factory) -> dict:
+    """Grade the hostile corpus's cases ``names`` (and the reference after them) in one Engine at one isolation
+    level, once (run.grade_cases); beside a CpuBurner of as many spinning processes as the batch's params say."""
+    level, attempt, spinners = params
     tmp = tmp_path_factory.mktemp(f"hostile-{level}-{attempt}")
     course = _course_copy(tmp / "course")
     gradebook = course.grading / "gradebook.db"
@@ -153,10 +196,10 @@ def batch(request, tmp_path_factory):
         with Engine(course.root, Limits(**run.LIMITS, isolation=level)) as engine:
             assert engine.isolation["level"] == level, engine.isolation
             engine.profile(CHAPTER)  # built (trusted side) before the snapshot
-            paths = run.write_cases(ctx, selected_cases(request, "test_hostile_notebook"))
+            paths = run.write_cases(ctx, names)
             before = _snapshot(*protected, skip=skip)
             ipc_before = run.sysv_ipc_objects()
-            burner = CpuBurner() if loaded else None
+            burner = CpuBurner(spinners) if spinners else None
             with burner or contextlib.nullcontext():
                 graded = time.monotonic()
                 results = run.grade_cases(engine, paths)
@@ -184,6 +227,54 @@ def _outputs_text(result: GradingResult) -> str:
 def test_corpus_has_at_least_20_cases():
     assert len(CASES) >= 20
     assert len({c.name for c in CASES}) == len(CASES)
+
+
+# What a level-independent case's own code may not name: the OS resources the isolation levels confine (files,
+# processes, exits, the network, signals and clocks, memory sizes, descriptors and pipes, /proc, IPC, the environment,
+# links, code that reads files to run them).
+OS_RESOURCES = ("open(", "os.", "import os", "socket", "subprocess", "/proc", "signal", "ctypes", "fork", "_exit",
+                "exec", "mmap", "shm", "environ", "sqlite", "glob", "pathlib", "shutil", "linecache", "threading",
+                "multiprocessing", "resource", "time.", "sleep", "while True", "2**20", "<< 20", "gc.", "symlink", "fd")
+
+
+def _own_code(case, ctx: Ctx) -> str:
+    """The code the case adds to the notebook it starts from (reference, blank or wrong): its code cells that are
+    none of theirs; a file that is not a notebook, as text."""
+    built = case.build(ctx)
+    if isinstance(built, bytes):
+        try:
+            built = json.loads(built.decode("utf-8"))
+        except (ValueError, RecursionError):
+            return built.decode("utf-8", "replace")
+    cells = built.get("cells") if isinstance(built, dict) else None
+    if not isinstance(cells, list):
+        return json.dumps(built)
+    start = {c.source for nb in (hostile_cases.reference(ctx), hostile_cases.wrong(ctx), hostile_cases.blank(ctx))
+             for c in nb.cells}
+    sources = ("".join(c.get("source", "")) for c in cells if c.get("cell_type") == "code")
+    return "\n".join(src for src in sources if src not in start)
+
+
+@pytest.mark.unit
+@pytest.mark.timeout(120)
+def test_level_independent_cases_touch_nothing_a_level_confines():
+    """tests/hostile/levels.py grades LEVEL_INDEPENDENT at the root level only: none of them may name an OS resource
+    the levels confine in its own code, and none is a link or a FIFO (what the engine opens). The check can fail:
+    cases that attack what the levels confine are caught by it."""
+    ctx = Ctx(course=COURSE, repo=COURSE.root, port=1, canary=Path("/nonexistent/canary"),
+              other_student=Path("/nonexistent/other.ipynb"))
+    by_name = {c.name: c for c in CASES}
+    named = {}
+    for name in sorted(LEVEL_INDEPENDENT):
+        assert not isinstance(by_name[name].build(ctx), hostile_cases.Special), f"{name} is a link or a FIFO"
+        own = _own_code(by_name[name], ctx)
+        named[name] = [word for word in OS_RESOURCES if word in own]
+    assert {name: words for name, words in named.items() if words} == {}, "level-independent cases naming OS resources"
+    for name in ("infinite_loop", "memory_bomb", "os_exit", "network", "read_solutions", "exfiltrate_hidden_source",
+                 "grader_pipes_via_proc", "sysv_ipc", "recorder_forwarding"):
+        assert name not in LEVEL_INDEPENDENT and any(w in _own_code(by_name[name], ctx) for w in OS_RESOURCES), name
+    assert {c.name for c in CASES if graded_at(c, "user")} == {c.name for c in CASES} - LEVEL_INDEPENDENT
+    assert all(graded_at(c, FULLEST) for c in CASES)
 
 
 @pytest.mark.unit
@@ -295,7 +386,8 @@ def test_the_waiting_case_is_graded_beside_the_others_and_the_alone_cases_after_
 @pytest.mark.timeout(120)
 def test_the_cpu_burner_spins_on_every_core_and_leaves_no_process_behind(monkeypatch):
     """tests/load.py: one spinning process per core while the block runs, none after it; a burner whose test was
-    killed before it could stop it follows that test; HOSTILE_RUNS makes every batch a loaded one, N per level."""
+    killed before it could stop it follows that test; the suite's loaded batch has one spinning process beside it,
+    and HOSTILE_RUNS makes every batch a loaded one, N per level, each beside one spinning process per core."""
     import os
     import subprocess
     import sys
@@ -324,10 +416,12 @@ def test_the_cpu_burner_spins_on_every_core_and_leaves_no_process_behind(monkeyp
     while not gone(orphan):  # it notices its parent is gone within a million iterations
         time.sleep(0.05)
 
-    assert batch_params(("root", "user"), ("root",)) == ([("root", 1, True), ("user", 1, False)], ["root", "user"])
+    # the suite: one spinning process beside the loaded level (the other xdist worker keeps the other core busy)
+    assert batch_params(("root", "user"), ("root",)) == ([("root", 1, 1), ("user", 1, 0)], ["root", "user"])
     monkeypatch.setenv("HOSTILE_RUNS", "2")
+    cores = os.cpu_count() or 1
     assert batch_params(("root", "user"), ("root",)) == (
-        [("root", 1, True), ("root", 2, True), ("user", 1, True), ("user", 2, True)],
+        [("root", 1, cores), ("root", 2, cores), ("user", 1, cores), ("user", 2, cores)],
         ["root-run1", "root-run2", "user-run1", "user-run2"])
     monkeypatch.setenv("HOSTILE_RUNS", "0")
     with pytest.raises(ValueError, match="HOSTILE_RUNS"):
@@ -335,8 +429,8 @@ def test_the_cpu_burner_spins_on_every_core_and_leaves_no_process_behind(monkeyp
 
 
 @pytest.mark.sandbox
-@pytest.mark.timeout(600)  # the whole corpus is graded in the first test that asks (the batch fixture)
-@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+@pytest.mark.timeout(600)  # the level's whole corpus is graded in the first test that asks (CorpusBatches)
+@pytest.mark.parametrize("batch, case", case_params(BATCHES, BATCH_IDS), indirect=["batch"])
 def test_hostile_notebook(batch, case):
     assert_contained(batch, expected(case, batch["level"]))
 
@@ -438,7 +532,8 @@ def assert_autograded_inert(course: Course, r: GradingResult, mark: str) -> None
 
 
 @pytest.mark.sandbox
-@pytest.mark.timeout(600)  # the whole corpus is graded in the first test that asks (the batch fixture)
+@pytest.mark.timeout(600)  # the level's whole corpus is graded in the first test that asks (CorpusBatches)
+@pytest.mark.parametrize("batch", BATCHES, ids=BATCH_IDS, indirect=True)
 def test_wrong_answer_feedback_names_symptoms_without_leaking(batch):
     source = nbformat.read(COURSE.source_notebook(CHAPTER), as_version=4)
     secrets = {"BEGIN HIDDEN TESTS", "0.32861", "torch-sdpa-", "masked-weights-"}
@@ -451,6 +546,8 @@ def test_wrong_answer_feedback_names_symptoms_without_leaking(batch):
         messages = json.dumps(r.to_json()["cells"]) + json.dumps(r.flags) + r.reason
         for s in secrets:
             assert s not in page and s not in messages, (name, s)
+    if batch["level"] != FULLEST:  # the cases below are level-independent: graded at the root level only
+        return
     r = batch["results"]["tensor_subclass"]
     assert any("tensor subclass" in m for m in r.cell("test_sdpa_visible").messages)
     r = batch["results"]["fake_records"]

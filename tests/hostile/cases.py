@@ -3,6 +3,9 @@ additive attention 2 / 2, scaled dot-product attention (sdpa) 3 / 5, variance 1 
 
 "Wrong" below means the catalogued mistake ``sdpa-missing-scale`` (no 1/sqrt(d)), which loses exactly the
 two sdpa cells (8 points): a hostile trick that rescued it would show up as points there.
+
+Every case is graded at the root level; tests/hostile/levels.py says which are graded at every other level too
+(all but LEVEL_INDEPENDENT) and what each level changes in their outcome.
 """
 from __future__ import annotations
 
