@@ -28,9 +28,10 @@ same run:
     .venv/bin/python benchmarks/bench_grading.py --learners 6 --chapters 03_scoring_functions --repeat 3
     .venv/bin/python benchmarks/bench_grading.py --smoke     # the smallest size (tests/test_benchmarks.py runs it)
 
-``--smoke``: our command only, on 2 learners (the reference and the blank release) of chapter 9, whose
-memory-budget cells take the engine's second kind of sandbox job; no small class, no stock nbgrader (one stock
-``nbgrader autograde`` of the cheapest chapter costs 30 CPU seconds here, more than the rest of the smoke run).
+``--smoke``: our command only, with one worker (a second one only adds an engine start), on 2 learners (the reference
+and the blank release) of chapter 9, whose memory-budget cells take the engine's second kind of sandbox job; no
+small class, no stock nbgrader (one stock ``nbgrader autograde`` of the cheapest chapter costs 30 CPU seconds here,
+more than the rest of the smoke run).
 Its figures say nothing about speed: it checks that the benchmark's grading, no-op and per-stage paths still run.
 """
 from __future__ import annotations
@@ -56,7 +57,7 @@ from autograder import submissions  # noqa: E402
 from autograder.course import Course  # noqa: E402
 
 
-SMOKE = {"learners": 2, "chapters": ["09_efficient_attention"], "small": 0, "skip_stock": True}
+SMOKE = {"learners": 2, "chapters": ["09_efficient_attention"], "small": 0, "skip_stock": True, "workers": 1}
 
 
 def chapters_present(course: Course) -> list[str]:
@@ -274,7 +275,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="grade with the plain engine (no per-stage timings)")
     parser.add_argument("--smoke", action="store_true", help="the smallest size: our command on 2 learners of "
                                                              "chapter 9 (sets --learners, --chapters, --small 0, "
-                                                             "--skip-stock)")
+                                                             "--skip-stock, --workers 1)")
     args = parser.parse_args(argv)
     if args.smoke:
         vars(args).update(SMOKE)

@@ -14,8 +14,9 @@ in a throwaway copy of the course, one notebook at a time:
     .venv/bin/python benchmarks/isolation_overhead.py --smoke   # the smallest size (tests/test_benchmarks.py runs it)
 
 ``--warm-profiles`` copies the repository's cached reference profiles (grading/expected) into the throwaway course,
-so the profile time is a cache read. ``--smoke``: 1 submission (the reference), one engine at
-the level this account reaches (``auto``), warm profiles.
+so the profile time is a cache read. ``--smoke``: 1 submission (the reference) of chapter 1 (the cheapest real
+chapter: every step still runs once, and the smoke run's figures say nothing about speed), one engine at the level
+this account reaches (``auto``), warm profiles.
 """
 from __future__ import annotations
 
@@ -34,7 +35,7 @@ from autograder import submissions  # noqa: E402
 from autograder.course import Course  # noqa: E402
 from autograder.isolation import Engine, GraderError, Limits  # noqa: E402
 
-SMOKE = {"n": 1, "levels": ["auto"], "warm_profiles": True}
+SMOKE = {"n": 1, "levels": ["auto"], "warm_profiles": True, "chapter": "01_cognitive_attention"}
 
 
 def nbgrader(course: Course, *args: str) -> None:
@@ -53,8 +54,8 @@ def main(argv: list[str] | None = None) -> int:
                              "auto: the strongest it reaches)")
     parser.add_argument("--warm-profiles", action="store_true",
                         help="start from the repository's cached reference profiles instead of building them")
-    parser.add_argument("--smoke", action="store_true", help="the smallest size: 1 submission, level auto, warm "
-                                                             "profiles")
+    parser.add_argument("--smoke", action="store_true", help="the smallest size: 1 submission of chapter 1, "
+                                                             "level auto, warm profiles")
     args = parser.parse_args(argv)
     if args.smoke:
         vars(args).update(SMOKE)

@@ -150,7 +150,7 @@ class Hub:
             got = check()
             if got:
                 return got
-            time.sleep(0.5)
+            time.sleep(0.1)  # the checks are an API call or a file read: a short poll costs little, a long one waits
         raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}:\n{self.tail()}")
 
     def api(self, path: str):

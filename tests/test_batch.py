@@ -1,7 +1,16 @@
 """``python -m autograder grade``: parallel grading equals sequential grading, the gradebook stays nbgrader's
 (``nbgrader export`` reads it), outputs (CSV, feedback, class report) are written, a re-run grades nothing
 new unless a submission changed or ``--force``, and a run killed with SIGKILL at a random point resumes
-to exactly the gradebook of an uninterrupted run."""
+to exactly the gradebook of an uninterrupted run.
+
+Coverage decisions (issue 44, the suite's length): the class is chapter 1's, not chapter 3's (batch_support.
+CLASS_CHAPTER), with three catalogued mistakes, not six. Every claim here is the batch driver's and the
+gradebook's: parallel == sequential still compares every score and every nbgrader row of the class's nine
+submissions, the kill still lands during a real run (chosen by how many results are committed, or once the workers
+exist), and resume still equals the uninterrupted run. Each mistake's own verdict is proven by test_catalogues, and
+chapter 3's by test_catalogues and test_chapters; what is given up is a driver bug that shows only with chapter 3's
+notebooks or with a fourth to sixth mistake (none is known: the driver hands every notebook to the same engine the
+same way), which running this file with ``CHAPTER = "03_scoring_functions"`` and ``MISTAKES = 6`` would catch."""
 from __future__ import annotations
 
 import csv
@@ -21,10 +30,11 @@ import pytest
 from autograder import submissions
 from autograder.course import Course
 
-from .batch_support import (CHAPTER, REPO, nbgrader_export, baseline, cell_max, child_env, comparable, grade_cmd, make_course, run_grade,
-                            snapshot, summary_counts, write)
+from .batch_support import (CLASS_CHAPTER, MISTAKES, REPO, nbgrader_export, baseline, cell_max, child_env, comparable,
+                            grade_cmd, make_course, run_grade, snapshot, summary_counts, write)
 
-N_SUBMISSIONS = 12  # see batch_support.class_members
+CHAPTER = CLASS_CHAPTER  # the class's chapter: which one does not matter to these claims (batch_support's docstring)
+N_SUBMISSIONS = 6 + MISTAKES  # see batch_support.class_members
 REPO_COURSE = Course()
 
 
@@ -35,8 +45,8 @@ def sequential(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def parallel(tmp_path_factory, sequential):
-    course = make_course(tmp_path_factory.mktemp("parallel"))
-    out = run_grade(course, "--workers", "2")
+    course = make_course(tmp_path_factory.mktemp("parallel"), chapter=CHAPTER)
+    out = run_grade(course, "--workers", "2", chapter=CHAPTER)
     return course, comparable(snapshot(course.db_url)), out
 
 
@@ -47,7 +57,8 @@ def test_parallel_scores_equal_sequential(sequential, parallel):
     _, par, par_out = parallel
     for out in (seq_out, par_out):
         counts = summary_counts(out)
-        assert counts == {"graded": 9, "zero": 3, "flagged": 1, "failed": 0, "up to date": 0}, out[-3000:]
+        assert counts == {"graded": N_SUBMISSIONS - 3, "zero": 3, "flagged": 1, "failed": 0, "up to date": 0}, \
+            out[-3000:]
     assert len(seq["results"]) == N_SUBMISSIONS
     assert par["grades"] == seq["grades"], "nbgrader grades differ between 1 and 2 workers"
     assert par["results"] == seq["results"], "recorded results differ between 1 and 2 workers"
@@ -58,12 +69,12 @@ def test_parallel_scores_equal_sequential(sequential, parallel):
 def test_scores_flags_and_zero(sequential):
     course, snap, _ = sequential
     results = {key.split("/")[0]: r for key, r in snap["results"].items()}
-    maxima = cell_max(course)
+    maxima = cell_max(course, CHAPTER)
     total = sum(maxima.values())
     ref = results["reference"]
     assert ref["status"] == "graded" and ref["score"] == ref["max_score"] == total, ref
     assert results["blank"]["score"] == 0 and results["blank"]["status"] == "graded"
-    for m in submissions.load_mistakes(course, CHAPTER)[:6]:
+    for m in submissions.load_mistakes(course, CHAPTER)[:MISTAKES]:
         r = results[f"mistake-{m.id}"]
         assert r["score"] < total, f"{m.what}: still full marks"
         for cell in m.fails:
@@ -102,7 +113,7 @@ def test_csv_feedback_and_report_written(sequential):
     with open(course.grading / "grades_by_exercise.csv", newline="") as f:
         per_cell = list(csv.DictReader(f))
     assert {(r["student"], r["cell"]) for r in per_cell if r["student"] == "reference"} == \
-        {("reference", c) for c in cell_max(course)}
+        {("reference", c) for c in cell_max(course, CHAPTER)}
     for student in rows:
         assert (course.grading / "feedback" / student / CHAPTER / f"{CHAPTER}.html").is_file(), student
         if rows[student]["status"] == "graded":
@@ -113,7 +124,7 @@ def test_csv_feedback_and_report_written(sequential):
                     "Checks that failed most", "Flagged notebooks", "Notebooks that scored zero"):
         assert section in report, section
     failed_most = report.split("Checks that failed most")[1].split("Flagged notebooks")[0]
-    mistakes = submissions.load_mistakes(course, CHAPTER)[:6]
+    mistakes = submissions.load_mistakes(course, CHAPTER)[:MISTAKES]
     assert any(m.symptom.lower() in failed_most.lower() for m in mistakes), "symptom messages in the report"
     flagged = report.split("Flagged notebooks")[1].split("Notebooks that scored zero")[0]
     assert "tampered" in flagged
@@ -136,18 +147,18 @@ def test_nbgrader_export_reads_the_gradebook(sequential, tmp_path):
 @pytest.mark.timeout(400)
 def test_rerun_changed_submission_and_force(parallel, sequential):
     course, before, _ = parallel
-    out = run_grade(course)
+    out = run_grade(course, chapter=CHAPTER)
     counts = summary_counts(out)
     assert counts["graded"] + counts["zero"] == 0 and counts["up to date"] == N_SUBMISSIONS, out[-2000:]
     assert comparable(snapshot(course.db_url)) == before
 
-    write(course, "blank", submissions.reference(course, CHAPTER))  # the learner resubmitted, complete
-    counts = summary_counts(run_grade(course))
+    write(course, "blank", submissions.reference(course, CHAPTER), CHAPTER)  # the learner resubmitted, complete
+    counts = summary_counts(run_grade(course, chapter=CHAPTER))
     assert counts["graded"] == 1 and counts["up to date"] == N_SUBMISSIONS - 1, counts
     now = comparable(snapshot(course.db_url))
     assert now["results"][f"blank/{CHAPTER}"]["score"] == now["results"][f"blank/{CHAPTER}"]["max_score"]
 
-    counts = summary_counts(run_grade(course, "--force"))
+    counts = summary_counts(run_grade(course, "--force", chapter=CHAPTER))
     assert counts["graded"] + counts["zero"] == N_SUBMISSIONS and counts["up to date"] == 0, counts
     after = comparable(snapshot(course.db_url))
     assert after["results"][f"blank/{CHAPTER}"] == now["results"][f"blank/{CHAPTER}"]
@@ -169,32 +180,35 @@ def _recorded(db_path) -> int:
 @pytest.mark.sandbox
 @pytest.mark.timeout(420)
 def test_sigkill_at_a_random_point_then_resume(tmp_path, sequential):
+    """The kill point is chosen by what the run has done, never by how long it took: after 1 to 6 results are
+    committed (plus up to 0.4 s), or, for 0, once its worker processes exist (plus up to 0.4 s: while the engines
+    start or grade the first notebooks). Chapter 1's class grades in a few seconds, so a clock-chosen point (as
+    this test used before, 2 to 6 s after the start) could fall after the run had ended."""
     _, uninterrupted, _ = sequential
     seed = int.from_bytes(os.urandom(4), "little")
     rng = random.Random(seed)
-    course = make_course(tmp_path / "course")
+    course = make_course(tmp_path / "course", chapter=CHAPTER)
     db_path = course.grading / "gradebook.db"
     kill_after = rng.randint(0, N_SUBMISSIONS - 3)  # results committed before the kill
     extra_delay = rng.uniform(0.0, 0.4)
     log = open(tmp_path / "killed-run.log", "w")
-    proc = subprocess.Popen(grade_cmd(course, "--workers", "2"), cwd=course.root, env=child_env(), stdout=log,
-                            stderr=subprocess.STDOUT, start_new_session=True)
+    proc = subprocess.Popen(grade_cmd(course, "--workers", "2", chapter=CHAPTER), cwd=course.root, env=child_env(),
+                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     family: dict[int, psutil.Process] = {}
     try:
         deadline = time.monotonic() + 240
-        start = time.monotonic()
         while time.monotonic() < deadline and proc.poll() is None:
             try:
                 for child in psutil.Process(proc.pid).children(recursive=True):
                     family.setdefault(child.pid, child)
             except psutil.NoSuchProcess:
                 pass
-            if kill_after == 0 and time.monotonic() - start > 2 + 10 * extra_delay:
+            if kill_after == 0 and family:  # its workers are starting
                 break
             if kill_after and _recorded(db_path) >= kill_after:
                 break
             time.sleep(0.02)
-        time.sleep(extra_delay if kill_after else 0)
+        time.sleep(extra_delay)
         assert proc.poll() is None, (f"the run ended before the kill point (seed {seed}):\n"
                                      + (tmp_path / "killed-run.log").read_text()[-3000:])
         os.kill(proc.pid, signal.SIGKILL)  # the grading command only: its workers must follow it
@@ -212,12 +226,12 @@ def test_sigkill_at_a_random_point_then_resume(tmp_path, sequential):
     recorded = _recorded(db_path)
     partial = comparable(snapshot(course.db_url))
     assert len(partial["results"]) == recorded
-    maxima = cell_max(course)
+    maxima = cell_max(course, CHAPTER)
     students_with_grades = {g[0] for g in partial["grades"]}
     assert students_with_grades == {k.split("/")[0] for k in partial["results"]}, "a half-recorded notebook"
     assert len(partial["grades"]) == recorded * len(maxima)
 
-    out = run_grade(course, "--workers", "2")
+    out = run_grade(course, "--workers", "2", chapter=CHAPTER)
     counts = summary_counts(out)
     assert counts["up to date"] == recorded, (seed, out[-2000:])
     assert counts["graded"] + counts["zero"] == N_SUBMISSIONS - recorded, (seed, out[-2000:])
@@ -230,26 +244,26 @@ def test_a_worker_that_dies_is_replaced_and_its_notebook_retried_once(tmp_path):
     """With a stub engine: a worker killed mid-notebook is replaced and the notebook retried; a notebook
     that kills its worker twice is reported failed (not recorded, so the next run tries it again)."""
     members = {name: submissions.blank(REPO_COURSE, CHAPTER) for name in ("ok-1", "flaky", "crash", "ok-2", "ok-3")}
-    course = make_course(tmp_path / "course", members=members)
+    course = make_course(tmp_path / "course", members=members, chapter=CHAPTER)
     env = dict(child_env(), AUTOGRADER_ENGINE="tests.stub_engine")
-    done = subprocess.run(grade_cmd(course, "--workers", "2"), cwd=course.root, env=env, capture_output=True,
-                          text=True, timeout=150)
+    done = subprocess.run(grade_cmd(course, "--workers", "2", chapter=CHAPTER), cwd=course.root, env=env,
+                          capture_output=True, text=True, timeout=150)
     out = done.stdout + done.stderr
     assert done.returncode == 1, out[-3000:]  # a failed notebook makes the command fail
     assert summary_counts(out) == {"graded": 4, "zero": 0, "flagged": 0, "failed": 1, "up to date": 0}, out
     assert "crash" in out and "died twice" in out
     recorded = comparable(snapshot(course.db_url))["results"]
     assert sorted(k.split("/")[0] for k in recorded) == ["flaky", "ok-1", "ok-2", "ok-3"]
-    done = subprocess.run(grade_cmd(course, "--workers", "2"), cwd=course.root, env=env, capture_output=True,
-                          text=True, timeout=150)
+    done = subprocess.run(grade_cmd(course, "--workers", "2", chapter=CHAPTER), cwd=course.root, env=env,
+                          capture_output=True, text=True, timeout=150)
     counts = summary_counts(done.stdout + done.stderr)
     assert counts["up to date"] == 4 and counts["failed"] == 1, counts
 
 
 def _stub_run(course, stats, *args):
     env = dict(child_env(), AUTOGRADER_ENGINE="tests.stub_engine")
-    done = subprocess.run(grade_cmd(course, "--workers", "1", "--stats", str(stats), *args), cwd=course.root, env=env,
-                          capture_output=True, text=True, timeout=240)
+    done = subprocess.run(grade_cmd(course, "--workers", "1", "--stats", str(stats), *args, chapter=CHAPTER),
+                          cwd=course.root, env=env, capture_output=True, text=True, timeout=240)
     out = done.stdout + done.stderr
     assert done.returncode == 0, out[-3000:]
     return out, json.loads(stats.read_text())
@@ -263,7 +277,7 @@ def test_nothing_to_grade_starts_no_worker_and_loads_nothing(tmp_path):
     With the stub engine (no notebook runs): the batch driver's decisions only."""
     members = {name: submissions.blank(REPO_COURSE, CHAPTER) for name in ("ada", "bea", "cy")}
     members["nothing"] = None  # an empty folder: recorded as "no notebook submitted"
-    course = make_course(tmp_path / "course", members=members)
+    course = make_course(tmp_path / "course", members=members, chapter=CHAPTER)
     out, first = _stub_run(course, tmp_path / "1.json")
     assert first["processed"] == 4 and first["workers_started"] >= 1, out[-2000:]
     assert first["first_result_seconds"] is not None
@@ -283,7 +297,7 @@ def test_nothing_to_grade_starts_no_worker_and_loads_nothing(tmp_path):
     out, third = _stub_run(course, tmp_path / "3.json")
     assert third["workers_started"] == 0 and third["processed"] == 0 and outputs[2].is_file(), out[-2000:]
 
-    write(course, "bea", submissions.reference(REPO_COURSE, CHAPTER))  # a resubmission: graded, alone
+    write(course, "bea", submissions.reference(REPO_COURSE, CHAPTER), CHAPTER)  # a resubmission: graded, alone
     out, fourth = _stub_run(course, tmp_path / "4.json")
     assert fourth["processed"] == 1 and fourth["up_to_date"] == 3 and fourth["workers_started"] == 1, out[-2000:]
 

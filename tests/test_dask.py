@@ -21,8 +21,10 @@ from autograder.course import Course
 from autograder.feedback_release import page_name
 
 from . import inbox
-from .batch_support import (CHAPTER, baseline, child_env, comparable, make_course, run_grade, snapshot,
+from .batch_support import (CLASS_CHAPTER, baseline, child_env, comparable, make_course, run_grade, snapshot,
                             summary_counts)
+
+CHAPTER = CLASS_CHAPTER  # chapter 1: the cluster's claims are the backend's, not a chapter's (batch_support)
 from .conftest import copy_reference_cache
 
 DASK = str(Path(sys.executable).with_name("dask"))
@@ -47,9 +49,14 @@ def _stop(procs: list[subprocess.Popen]) -> None:
             p.wait(10)
 
 
-@pytest.fixture
-def cluster(tmp_path):
-    """A scheduler and two single-threaded workers on 127.0.0.1; yields (address, workers' TMPDIR)."""
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    """A scheduler and two single-threaded workers on 127.0.0.1; yields (address, workers' TMPDIR). One cluster for
+    the file's two tests (its start, three processes importing distributed and two warm engines, is most of a
+    test's cost). Both tests assert that the workers hold the shipped course files: whichever runs first proves
+    that its run shipped them; the second finds them already materialised (same bytes, same hash), as a long-lived
+    cluster does, so it no longer proves a shipment of its own."""
+    tmp_path = tmp_path_factory.mktemp("cluster")
     port = _free_port()
     address = f"tcp://127.0.0.1:{port}"
     worker_tmp = tmp_path / "worker-tmp"
@@ -78,26 +85,32 @@ def cluster(tmp_path):
         _stop(procs[::-1])
 
 
+def _shipped(worker_tmp: Path, course: Course) -> list[Path]:
+    """The chapter's source notebooks the workers materialised that are byte for byte the course's."""
+    source = course.source_notebook(CHAPTER).read_bytes()
+    return [p for p in worker_tmp.glob(f"attention-course-grader-*/*/solutions/{CHAPTER}/{CHAPTER}.ipynb")
+            if p.read_bytes() == source]
+
+
 @pytest.mark.timeout(600)
 def test_dask_cluster_scores_equal_sequential(cluster, tmp_path_factory):
     _, sequential, _ = baseline(tmp_path_factory)
     address, worker_tmp = cluster
-    course = make_course(tmp_path_factory.mktemp("dask"))
-    out = run_grade(course, "--scheduler", address)
+    course = make_course(tmp_path_factory.mktemp("dask"), chapter=CHAPTER)
+    out = run_grade(course, "--scheduler", address, chapter=CHAPTER)
     counts = summary_counts(out)
     assert counts["graded"] + counts["zero"] == len(sequential["results"]) and counts["failed"] == 0, out[-3000:]
     assert comparable(snapshot(course.db_url)) == sequential, "scores differ between the Dask cluster and 1 worker"
-    shipped = list(worker_tmp.glob("attention-course-grader-*/*/solutions/03_scoring_functions/*.ipynb"))
-    assert shipped, "the workers did not grade from shipped course files"
+    assert _shipped(worker_tmp, course), "the workers did not grade from shipped course files"
     # Resuming works the same way on the cluster: nothing left to do.
-    counts = summary_counts(run_grade(course, "--scheduler", address))
+    counts = summary_counts(run_grade(course, "--scheduler", address, chapter=CHAPTER))
     assert counts["graded"] + counts["zero"] == 0 and counts["up to date"] == len(sequential["results"]), counts
 
 
 @pytest.mark.timeout(600)
 def test_serve_grades_on_the_cluster_and_releases_each_learners_page(cluster, tmp_path):
     """``serve --scheduler``: the same service, its notebooks graded by the cluster's workers (issue 42, item 3)."""
-    address, _ = cluster
+    address, worker_tmp = cluster
     course = Course().copy_to(tmp_path / "course")
     copy_reference_cache(course.root)
     mistake = submissions.load_mistakes(course, CHAPTER)[0]
@@ -117,3 +130,4 @@ def test_serve_grades_on_the_cluster_and_releases_each_learners_page(cluster, tm
             page = exchange / inbox.COURSE_ID / "feedback" / page_name(
                 {"submission_secret.txt": inbox.secret_of(entry).encode()}, CHAPTER)
             assert f"{rows[name][0]:g} / {rows[name][1]:g}" in page.read_text(), name
+    assert _shipped(worker_tmp, course), "the workers did not grade from shipped course files"

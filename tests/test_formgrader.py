@@ -1,7 +1,8 @@
 """nbgrader's formgrader on the gradebook our grader writes (issue 15).
 
-A small chapter-3 class (the reference, a catalogued mistake, the blank release) is graded by
-``python -m autograder grade``; JupyterLab is started on 127.0.0.1 with the course's nbgrader configuration and
+A small chapter-1 class (the reference, a catalogued mistake, the blank release) is graded by
+``python -m autograder grade`` (one worker; chapter 1: the cheapest real chapter, and what is tested here is
+formgrader on our gradebook, not a chapter); JupyterLab is started on 127.0.0.1 with the course's nbgrader configuration and
 formgrader is opened in headless Chromium. Formgrader lists the chapter and each learner's autograded score; a
 score typed into formgrader's grading page for the learner with the mistake is saved by formgrader itself, and
 ``python -m autograder export --format canvas`` then exports the overridden score, the others unchanged.
@@ -30,12 +31,14 @@ import pytest
 
 from autograder import submissions
 
-from .batch_support import CHAPTER, REPO, child_env, run_grade, write
+from .batch_support import CLASS_CHAPTER, REPO, child_env, run_grade, write
 from .browser import Browser
 from .conftest import copy_reference_cache
 from .test_active_content import attacker_cells
 
 pytestmark = pytest.mark.services
+
+CHAPTER = CLASS_CHAPTER
 
 # A loaded formgrader table has replaced its "Loading, please wait..." placeholder row with the API's data.
 TABLE_LOADED = "document.querySelector('tbody tr') && !document.body.innerText.includes('please wait')"
@@ -64,8 +67,8 @@ def graded(tmp_path_factory):
             "eve": submissions.with_mistake(course, CHAPTER, mistake)}
     work["eve"].cells.extend(attacker_cells())  # a mistake, so full manual credit would raise her score
     for learner, nb in work.items():
-        write(course, learner, nb)
-    run_grade(course)
+        write(course, learner, nb, CHAPTER)
+    run_grade(course, "--workers", "1", chapter=CHAPTER)
     with open(course.grading / "grades.csv", newline="") as f:
         scores = {r["student"]: (float(r["score"]), float(r["max_score"])) for r in csv.DictReader(f)}
     assert scores["ada"][0] == scores["ada"][1] > 0, scores  # full marks for the reference

@@ -7,7 +7,8 @@ extensions, the course's nbgrader configuration on a copy of the course owned by
 folder, and ``python -m autograder serve`` as the hub-managed grading service. Each person logs in through the
 hub's login form in a browser context of their own, and:
 
-- the instructor releases chapter 3 with formgrader's Release button;
+- the instructor releases chapter 1 with formgrader's Release button (the cheapest real chapter to grade: nothing
+  here depends on which chapter it is);
 - two learners see it in JupyterLab's Assignments tab and fetch it; one completes it with the reference
   solution's cells, the other with a catalogued mistake; each saves it through JupyterLab and submits it with
   the tab's Submit button;
@@ -48,7 +49,7 @@ from .hub_support import REPO, Accounts, GitServer, Hub, bare_repository, free_p
 
 pytestmark = pytest.mark.services
 
-CHAPTER = "03_scoring_functions"
+CHAPTER = "01_cognitive_attention"
 KIT_REPOSITORY = "attention-kit"  # the learner repository's name: nbgitpuller clones it into ~/attention-kit
 # JupyterLab has started and restored its layout (the test's extra Jupyter configuration exposes the app object).
 LAB_READY = "window.jupyterapp !== undefined && jupyterapp.restored.then(() => true)"
