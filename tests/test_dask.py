@@ -23,9 +23,9 @@ from autograder.feedback_release import page_name
 from . import inbox
 from .batch_support import (CLASS_CHAPTER, baseline, child_env, comparable, make_course, run_grade, snapshot,
                             summary_counts)
+from .conftest import copy_reference_cache
 
 CHAPTER = CLASS_CHAPTER  # chapter 1: the cluster's claims are the backend's, not a chapter's (batch_support)
-from .conftest import copy_reference_cache
 
 DASK = str(Path(sys.executable).with_name("dask"))
 
