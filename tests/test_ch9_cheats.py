@@ -11,8 +11,9 @@ cells it targets, not exact scores.
 Where there is no cgroup (the user and process levels as an ordinary account) a memory budget is an rlimit, which
 holds per process: a tiled_attention that computed the whole score table in another process kept every point there
 (issue 41). A budget's job may start no process and no program now, at every level (seccomp): the cheats that hand
-Q, K and V to a fresh Python or to a fork lose the budget cells' points at the root, user and process levels, as
-root and as an ordinary account (tests/test_unprivileged.py's throwaway account runs this module as
+Q, K and V to a fresh Python or to a fork lose the budget cells' points at the root level as root (a cgroup) and at
+the user and process levels as an ordinary account (rlimits; see SETTINGS for the pairs no longer graded) (a
+throwaway account, as in tests/test_unprivileged.py, runs this module as
 ``python -m tests.test_ch9_cheats COURSE LEVEL OUT.json``). A third cheat starts nothing: it unmaps torch's code
 in the kernel itself, which makes room under RLIMIT_AS, and maps it back afterwards. An rlimit cannot hold that, so
 without a cgroup no budget cell earns points (the reference included: it keeps every other point, and the
@@ -428,8 +429,15 @@ def _as_an_ordinary_account(level: str) -> dict:
         account.remove()
 
 
-# (level, who): the levels this machine reaches as root (each with a cgroup), and as an ordinary account (rlimits)
-SETTINGS = (("root", "root"), ("user", "root"), ("process", "root"), ("user", "account"), ("process", "account"))
+# (level, who): one proof per budget mechanism and per level's list of sandbox steps. As root every level has a
+# cgroup (the budget is the cgroup's limit); as an ordinary account none has (the budget is an rlimit, and the
+# seccomp step is what stops the process cheats). The root level is graded as root (cgroup); the user and process
+# levels as an ordinary account (rlimits), their steps being the same as root's there less the cgroup. Coverage
+# decision (issue 44, the suite's 12 minutes): user-as-root and process-as-root are no longer graded (about 15 CPU s
+# each). They ran the user and process levels' steps, proven here as an account, with the cgroup budget, proven here
+# at the root level; what is given up is a fault that only the pairing of a cgroup with those levels' namespaces
+# would show (e.g. a cgroup step ordered after a namespace it needs). Grading them again is adding the two pairs back.
+SETTINGS = (("root", "root"), ("user", "account"), ("process", "account"))
 
 
 @pytest.fixture(scope="module", params=SETTINGS, ids=[f"{level}-as-{who}" for level, who in SETTINGS])
