@@ -147,7 +147,13 @@ def test_packing_keeps_mutants_of_one_cell_or_of_cells_that_reach_each_other_apa
 
 # -- the seeded sample, graded ------------------------------------------------------------------------------
 SEED = 26
-PER_CHAPTER = 2
+# Coverage decision (issue 44, the suite's 12 minutes): one mutant per chapter, not two. A chapter's grading is a
+# control (the reference laid out for mutants) plus one grading per packed bin: two mutants made 19 bins over the 11
+# chapters, one makes 11 (30 gradings down to 22). What remains still proves the claim in the suite: every chapter's
+# mutants are graded through the engine, killed or a documented equivalent, with a control that keeps its points.
+# Given up: the second mutant of each chapter; a survivor among the rest is what `python -m autograder mutants`
+# (every mutant, run per chapter by maintainers; figures in docs/mutants.md) catches.
+PER_CHAPTER = 1
 # Every mutant the seed draws must be killed or a documented equivalent (no chapter has open survivors).
 
 
