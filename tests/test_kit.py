@@ -364,13 +364,11 @@ def test_the_kit_alone_installs_and_imports_attention_course_without_autograder(
     assert done.stdout.strip().startswith(str(learner.kit / ".venv")), done.stdout
 
 
-@pytest.mark.services
-@pytest.mark.timeout(1500)
-def test_the_kit_alone_runs_a_completed_chapter(learner):
-    chapter = "01_cognitive_attention"
-    learner.write("completed-01.ipynb", _with_answers(_kit_chapter(learner, chapter), chapter))
-    done = learner.run(".venv/bin/python -m attention_course check completed-01.ipynb", env=GENERIC_ONE_THREAD)
-    assert done.returncode == 0 and "self-check passed" in done.stdout, done.stdout[-4000:] + done.stderr[-2000:]
+# That the kit alone runs a completed chapter and its self-check passes is the last step of the masked_softmax test
+# below (chapter 3, every exercise answered). Coverage decision (issue 44, the suite's 12 minutes): chapter 1 is no
+# longer self-checked in the kit on its own (about 5 CPU s); its reference outputs ship in the wheel like every
+# chapter's (test_kit_holds_the_releases_one_wheel_requirements_and_a_readme_only), and its opening runs in the
+# kit's environment in the downloaded-notebook test above.
 
 
 WRONG_MASKED_SOFTMAX = '''def masked_softmax(scores, valid_lens=None, mask=None):
@@ -384,7 +382,8 @@ WRONG_MASKED_SOFTMAX = '''def masked_softmax(scores, valid_lens=None, mask=None)
 def test_a_learner_finds_a_wrong_masked_softmax_with_the_self_check_and_fixes_it(learner):
     """Issue 25's "done when": chapter 3 from the kit, a wrong masked_softmax that raises nothing (it ignores the
     mask), run all and save (the notebook now stores the learner's own outputs), self-check fails naming the cell;
-    fix, run and save again, self-check passes. Torch's generic kernels on one thread, as on an old CPU."""
+    fix it, self-check passes (on the notebook still holding the wrong run's outputs). Torch's generic kernels on one
+    thread, as on an old CPU."""
     chapter = "03_scoring_functions"
     mine = f"chapters/{chapter}/{chapter}.ipynb"
     nb = _with_answers(_kit_chapter(learner, chapter), chapter, skip="masked_softmax")
@@ -404,7 +403,14 @@ def test_a_learner_finds_a_wrong_masked_softmax_with_the_self_check_and_fixes_it
     assert "FAIL cell test-masked-softmax-visible" in done.stdout, done.stdout[-4000:]
     assert "Exercise 1: `masked_softmax`" in done.stdout and "masked-are-zero" in done.stdout  # the failed check
 
-    learner.write(mine, _with_answers(json.loads((learner.kit / mine).read_text()), chapter))  # the fix
-    assert learner.run(run_all_and_save, env=GENERIC_ONE_THREAD).returncode == 0
+    # The fix, checked without a second run-all-and-save: the notebook still stores the wrong run's outputs, its
+    # error included, and the self-check passes all the same, since it re-runs the learner's code against the
+    # reference's outputs (attention_course/selfcheck.py). Coverage decision (issue 44, the suite's 12 minutes): the
+    # second nbconvert run of chapter 3 (about 5 CPU s) is no longer made; that a fixed notebook runs in nbconvert is
+    # what the first run (with the wrong cell) and the self-check's own run of the fixed code already show.
+    learner.write(mine, _with_answers(json.loads((learner.kit / mine).read_text()), chapter))
+    stale = json.loads((learner.kit / mine).read_text())
+    assert any(o.get("output_type") == "error" for c in stale["cells"] for o in c.get("outputs", [])), \
+        "the fixed notebook still carries the wrong run's outputs"
     done = learner.run(f".venv/bin/python -m attention_course check {mine}", env=GENERIC_ONE_THREAD)
     assert done.returncode == 0 and "self-check passed" in done.stdout, done.stdout[-4000:] + done.stderr[-2000:]
