@@ -10,13 +10,13 @@ sys.path.insert(0, str(ROOT))
 
 # Reference outputs and figures are produced on the CPU unless a test asks for CUDA explicitly.
 os.environ.setdefault("MPLBACKEND", "Agg")
-# One CPU thread per torch process unless a test asks for more (tests/test_release.py runs two on purpose).
+# One CPU thread per torch process unless a test asks for more.
 # The suite runs one pytest worker per core and each may start kernels of its own: torch's default of one
 # OpenMP thread per core, spinning while it waits, made every notebook 5-15x slower under that load.
 for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
     os.environ[_var] = "1"
-# Where a test does ask for two threads, waiting threads sleep instead of spinning: with the other core busy,
-# the spinning made chapter 8's two-thread regeneration take 304 s instead of 21 s. (Numerics are unchanged.)
+# Where a test does ask for more threads, waiting threads sleep instead of spinning: with the other core busy,
+# spinning once made chapter 8's two-thread regeneration take 304 s instead of 21 s. (Numerics are unchanged.)
 os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
 
 # Every test carries exactly one of these (see README, "For maintainers"):
