@@ -20,12 +20,15 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import ctypes
 import dataclasses
 import hashlib
 import json
 import shutil
 import socket
 import sqlite3
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -205,7 +208,7 @@ def _grade_batch(params: tuple, names: set[str], tmp_path_factory) -> dict:
                 results = run.grade_cases(engine, paths)
                 graded, burning = time.monotonic() - graded, burner.running() if burner else 0
         after = _snapshot(*protected, skip=skip)
-        ipc_left = sorted(run.sysv_ipc_objects() - ipc_before)
+        ipc_left = run.ipc_left_by_grading(ipc_before)
     finally:
         server.close()
     changed = sorted(k for k in set(before) | set(after) if before.get(k) != after.get(k))
@@ -1066,3 +1069,34 @@ def test_no_process_is_the_budget_jobs_limit_applied_by_the_seccomp_step():
     with pytest.raises(RuntimeError, match="may start no process"):
         jail.single_process(SimpleNamespace(limits=budget_job))
     jail.single_process(SimpleNamespace(limits=asdict(Limits())))  # any other job runs as before
+
+
+_SHM_HOLDER = """
+import ctypes, sys
+libc = ctypes.CDLL(None, use_errno=True)
+shmid = libc.shmget(0, 4096, 0o1600)  # IPC_PRIVATE, IPC_CREAT | 0600
+print(shmid, flush=True)
+sys.stdin.readline()  # alive until the test says so
+"""
+
+
+@pytest.mark.unit
+def test_a_segment_another_running_program_made_is_not_the_gradings_leak():
+    """The leak check counts what grading left, not what another program on the shared host holds (a PostgreSQL
+    server beside the batch made one mid-batch): a segment whose creator runs is not counted; once its creator is
+    gone and the segment stays, it is."""
+    before = run.sysv_ipc_objects()
+    holder = subprocess.Popen([sys.executable, "-c", _SHM_HOLDER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              text=True)
+    shmid = holder.stdout.readline().strip()
+    try:
+        assert shmid.isdigit(), f"shmget failed: {shmid!r}"
+        assert ("shm", shmid) in run.sysv_ipc_objects()
+        assert ("shm", shmid) not in run.ipc_left_by_grading(before)
+        holder.communicate("\n", timeout=30)
+        assert ("shm", shmid) in run.ipc_left_by_grading(before)
+    finally:
+        holder.kill()
+        holder.wait()
+        ctypes.CDLL(None).shmctl(int(shmid), 0, None) if shmid.isdigit() else None  # IPC_RMID
+    assert ("shm", shmid) not in run.sysv_ipc_objects()

@@ -187,7 +187,7 @@ def _hostile_as(account: Account, level: str, wrapper: str = "", names=None, spi
                                + (" " + " ".join(names) if names else ""), timeout=1300)
             burning = burner.running() if burner else 0
         after = _snapshot(*protected, skip=skip)
-        ipc_left = sorted(run.sysv_ipc_objects() - ipc_before)
+        ipc_left = run.ipc_left_by_grading(ipc_before)
     finally:
         server.close()
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
