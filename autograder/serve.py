@@ -34,6 +34,7 @@ with the same isolation options: a result is reused only under the options that 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as _dt
 import fcntl
 import os
@@ -276,15 +277,16 @@ class Service:
 
     def refresh_outputs(self) -> None:
         """The class outputs from the gradebook as it is now, then the LMS exports."""
-        from .export import export  # the exports read the gradebook through nbgrader: loaded when first needed
+        with stop_on_sigterm.finishing():  # a SIGTERM here waits for the outputs (see StopOnSigterm)
+            from .export import export  # the exports read the gradebook through nbgrader: loaded when first needed
 
-        self.outputs_due = self.outputs_latest = None
-        summary = Summary(failures=list(self.failures))
-        rows = self.writer.results()
-        write_class_outputs(self.course, self.course.chapters(), self.submitted, rows, summary,
-                            similarity=self.settings.similarity, log=self.log)
-        export(self.course, "all", db_url=self.db_url)
-        self.failures = []
+            self.outputs_due = self.outputs_latest = None
+            summary = Summary(failures=list(self.failures))
+            rows = self.writer.results()
+            write_class_outputs(self.course, self.course.chapters(), self.submitted, rows, summary,
+                                similarity=self.settings.similarity, log=self.log)
+            export(self.course, "all", db_url=self.db_url)
+            self.failures = []
 
 
 def hold_lock(course: Course):
@@ -300,8 +302,34 @@ def hold_lock(course: Course):
     return handle
 
 
-def _sigterm(signum, frame):
-    raise KeyboardInterrupt
+class StopOnSigterm:
+    """SIGTERM stops the service at once (everything it does is kill-safe), except inside ``finishing()``: a stop
+    raised in the middle of an import (the class report loads matplotlib) came out as "ImportError: initialization
+    failed" and the service exited 1 instead of stopping. There the stop waits for the block's end (seconds)."""
+
+    def __init__(self):
+        self.deferring = False
+        self.asked = False
+
+    def __call__(self, signum, frame):
+        if self.deferring:
+            self.asked = True
+            return
+        raise KeyboardInterrupt
+
+    @contextlib.contextmanager
+    def finishing(self):
+        self.deferring = True
+        try:
+            yield
+        finally:
+            self.deferring = False
+        if self.asked:
+            self.asked = False
+            raise KeyboardInterrupt
+
+
+stop_on_sigterm = StopOnSigterm()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -359,7 +387,7 @@ def main(argv: list[str] | None = None) -> int:
     def log(line: str) -> None:
         print(line, flush=True)
 
-    signal.signal(signal.SIGTERM, _sigterm)
+    signal.signal(signal.SIGTERM, stop_on_sigterm)
     log(f"serving {course.root} from {settings.exchange} ({len(settings.chapters)} chapter(s); feedback budget: "
         f"{settings.budget.describe()})")
     try:

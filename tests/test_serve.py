@@ -28,7 +28,7 @@ import nbformat
 import psutil
 import pytest
 
-from autograder import feedback_budget, submissions
+from autograder import feedback_budget, serve, submissions
 from autograder.course import Course
 from autograder.export import FORMATS
 from autograder.feedback_budget import Budget, Journal, Release, decide
@@ -76,6 +76,24 @@ def test_a_held_submission_is_graded_at_the_due_date_when_sooner_and_nothing_is_
     assert not held.grade_now and held.until == due and "due date" in held.reason
     assert decide(budget, journal, "ada", CHAPTER, due, due).grade_now
     assert decide(Budget(count=None), journal, "ada", CHAPTER, T0, None).grade_now, "no budget: never held"
+
+
+@pytest.mark.unit
+def test_a_stop_asked_while_the_class_outputs_are_written_waits_for_them():
+    """SIGTERM stops serve at once, except while it writes the class outputs: a stop raised inside the report's
+    matplotlib import came out as "ImportError: initialization failed" and serve exited 1. There it is kept and
+    raised when the outputs are written."""
+    stop = serve.StopOnSigterm()
+    with pytest.raises(KeyboardInterrupt):
+        stop(signal.SIGTERM, None)
+    written = []
+    with pytest.raises(KeyboardInterrupt):
+        with stop.finishing():
+            stop(signal.SIGTERM, None)  # kept, not raised here
+            written.append("outputs")
+    assert written == ["outputs"]
+    with stop.finishing():  # the flag does not linger into the next block
+        pass
 
 
 @pytest.mark.unit
