@@ -72,7 +72,8 @@ def execute_notebook(nb, env: dict, timeout: int = 600, record_timing: bool = Tr
     os.environ.update(env)  # the kernel inherits this process's environment
     try:
         with tempfile.TemporaryDirectory() as scratch:
-            NotebookClient(nb, timeout=timeout, kernel_name="python3",
+            # killed once its outputs are in: a graceful shutdown waits for torch's teardown (about 0.8 s)
+            NotebookClient(nb, timeout=timeout, kernel_name="python3", shutdown_kernel="immediate",
                            record_timing=record_timing, resources={"metadata": {"path": scratch}}).execute()
     finally:
         for k, v in saved.items():

@@ -3,6 +3,7 @@ figures load, downloads are offered, and the console stays clean. Everything is 
 from __future__ import annotations
 
 import functools
+import fcntl
 import hashlib
 import html
 import html.parser
@@ -62,8 +63,16 @@ def build_book() -> Path:
             digest.update(path.relative_to(ROOT).as_posix().encode() + b"\0" + path.read_bytes())
     cache = Path(tempfile.gettempdir()) / f"attention-book-{digest.hexdigest()[:16]}"
     html = cache / "_build" / "html"
-    if (html / "index.html").is_file():
-        return html
+    # One builder at a time across xdist workers (tests/test_kit.py builds it too): the second waits, then reuses.
+    with open(Path(tempfile.gettempdir()) / "attention-book.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (html / "index.html").is_file():
+            _build_into(cache)
+    return html
+
+
+def _build_into(cache: Path) -> None:
+    """Build both editions into a fresh folder, then move it to ``cache`` in one rename."""
     for stale in Path(tempfile.gettempdir()).glob("attention-book-*"):  # earlier contents' builds, not one in use
         if time.time() - stale.stat().st_mtime > 3600:
             shutil.rmtree(stale, ignore_errors=True)
@@ -79,9 +88,8 @@ def build_book() -> Path:
     shutil.rmtree(work / "editions", ignore_errors=True)  # its generated source and Sphinx's working files
     try:
         work.rename(cache)
-    except OSError:  # another run finished the same build first
+    except OSError:  # another run (another checkout's suite) finished the same build first
         shutil.rmtree(work, ignore_errors=True)
-    return html
 
 
 def jupyter_book(work: Path, *options: str) -> Path:
