@@ -28,22 +28,23 @@ KINDS = ("unit", "notebooks", "sandbox", "services")
 
 
 # CPU seconds each test file takes in the whole suite on 2 cores (`pytest --cpu-report`, scripts/cpu_report.py;
-# measured 2026-11-28 on a fresh clone at cf562e4 under a load average of 7-9, where the reference profiles are
-# built inside whichever of the first two files takes the lock first). Whole files go to the xdist workers in
-# this order, longest first (scripts/run_tests.sh passes --no-loadscope-reorder, which would otherwise order them
-# by their number of tests and leave single long tests, the services, for last), so the suite does not end with
-# one worker finishing a long file while the other idles. Only the order depends on these numbers: a stale one
+# measured 2026-11-28 on a fresh clone at b353ecc on idle cores, where the reference profiles are built inside
+# whichever of the first two files takes the lock first). Whole files go to the xdist workers in this order,
+# longest first (scripts/run_tests.sh passes --no-loadscope-reorder, which would otherwise order them by their
+# number of tests and leave single long tests, the services, for last), so the suite does not end with one worker
+# finishing a long file while the other idles. Only the order depends on these numbers: a stale one
 # costs time, never a result; a file not listed goes last.
-FILE_SECONDS = {"test_chapters.py": 418, "test_catalogues.py": 190, "test_isolation.py": 127, "test_release.py": 119,
-                "test_shortcuts.py": 112, "test_kit.py": 111, "test_nbval.py": 104, "test_unprivileged.py": 90,
-                "test_ch9_cheats.py": 87, "test_batch.py": 84, "test_benchmarks.py": 79, "test_deadlines.py": 60,
-                "test_kit_language.py": 52, "test_mutants.py": 48, "test_exchange.py": 45, "test_dask.py": 40,
-                "test_serve.py": 38, "test_postgres.py": 34, "test_jupyterhub.py": 32, "test_devices.py": 29,
-                "test_initialisation.py": 28, "test_translations.py": 24, "test_book.py": 22,
-                "test_formgrader.py": 19, "test_selfcheck.py": 19, "test_malformed_class.py": 19,
-                "test_ch8_cheats.py": 13, "test_similarity.py": 12, "test_class_language.py": 10,
-                "test_book_walk.py": 8, "test_report.py": 8, "test_intake.py": 7, "test_verdict_properties.py": 4,
-                "test_new_gradebook.py": 4, "test_active_content.py": 4, "test_grade_one.py": 4}
+FILE_SECONDS = {"test_chapters.py": 225, "test_release.py": 141, "test_catalogues.py": 124, "test_isolation.py": 100,
+                "test_shortcuts.py": 70, "test_kit.py": 60, "test_batch.py": 58, "test_unprivileged.py": 53,
+                "test_ch9_cheats.py": 51, "test_benchmarks.py": 48, "test_kit_language.py": 46,
+                "test_deadlines.py": 41, "test_exchange.py": 31, "test_serve.py": 31, "test_mutants.py": 29,
+                "test_devices.py": 27, "test_jupyterhub.py": 27, "test_dask.py": 22, "test_translations.py": 22,
+                "test_book.py": 21, "test_initialisation.py": 19, "test_postgres.py": 18,
+                "test_malformed_class.py": 16, "test_selfcheck.py": 16, "test_ch8_cheats.py": 13,
+                "test_formgrader.py": 13, "test_similarity.py": 13, "test_class_language.py": 9,
+                "test_book_walk.py": 8, "test_report.py": 7, "test_intake.py": 7, "test_verdict_properties.py": 5,
+                "test_check_hints.py": 4, "test_active_content.py": 4, "test_new_gradebook.py": 4,
+                "test_grade_one.py": 3, "test_trust.py": 3}
 
 
 @pytest.hookimpl(tryfirst=True)  # before -m deselects, so every collected test is checked
