@@ -6,9 +6,9 @@ cd "$(dirname "$0")/.."
 bash scripts/install.sh
 bash scripts/build_book.sh --mathjax   # npm: MathJax (the book tests render math offline), configurable-http-proxy
 bash scripts/install_test_deps.sh
-# One pytest worker per core plus one (at most 4): about a seventh of each worker's time is spent waiting on a
-# browser, a hub or a server, and the extra worker's CPU work fills it (2 cores: 3 workers). Whole files go to one
-# worker so module fixtures (a warm engine, a graded class, the built book) are built once, longest file first
-# (tests/conftest.py, FILE_SECONDS).
-workers=$(( $(nproc) + 1 )); [ "$workers" -gt 4 ] && workers=4
+# One pytest worker per core (at most 4). A third worker on 2 cores, to fill the time workers wait on a browser,
+# a hub or a server, gained 23 s of 13 min and raised the CPU the notebooks took (test_release: 183 CPU s against
+# 141 with two). Whole files go to one worker so module fixtures (a warm engine, a graded class, the built book)
+# are built once, longest file first (tests/conftest.py, FILE_SECONDS).
+workers=$(nproc); [ "$workers" -gt 4 ] && workers=4
 .venv/bin/python -m pytest tests -n "$workers" --dist loadfile --no-loadscope-reorder "$@"
