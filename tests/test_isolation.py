@@ -164,6 +164,11 @@ class CorpusBatches:
         if self.last.get(params) == item.nodeid:
             self.graded.pop(params, None)
 
+    def lend(self, request):
+        """For a ``batch`` fixture: yields the batch of ``request.param``, then drops it after its last test."""
+        yield self.get(request.param)
+        self.done(request.node, request.param)
+
 
 @pytest.fixture(scope="module")
 def corpus(request, tmp_path_factory):
@@ -173,8 +178,7 @@ def corpus(request, tmp_path_factory):
 @pytest.fixture
 def batch(request, corpus):
     """The batch of ``request.param`` (tests/load.py: level, run, spinning processes), graded once (CorpusBatches)."""
-    yield corpus.get(request.param)
-    corpus.done(request.node, request.param)
+    yield from corpus.lend(request)
 
 
 def _grade_batch(params: tuple, names: set[str], tmp_path_factory) -> dict:

@@ -218,8 +218,7 @@ def corpus(request, account):
 @pytest.fixture
 def batch(request, corpus):
     """The batch of ``request.param`` graded by the account, once (tests/test_isolation.py, CorpusBatches)."""
-    yield corpus.get(request.param)
-    corpus.done(request.node, request.param)
+    yield from corpus.lend(request)
 
 
 def _ordinary_batch(account: Account, params: tuple, names: set[str]) -> dict:
