@@ -214,6 +214,7 @@ class Engine:
         self._lock = threading.RLock()
         self._profiles: dict[str, dict] = {}
         self._hidden: dict[str, tuple[bytes, learner_files.HiddenRuns]] = {}  # per chapter, keyed by its files' hash
+        self._test_reach: dict[str, tuple[bytes, dict[str, set[str]]]] = {}  # per chapter, keyed by its source's hash
         self._log = None
         self._warm: set[str] = set()  # lazy imports the running zygote has been asked to make (runner.WARM_UPS)
 
@@ -583,9 +584,15 @@ class Engine:
         would otherwise fail for want of it, not for the learner's code)."""
         if judge is None:
             return None
-        reach = cell_reach.reach(self.course, chapter)
-        tests = {gid for gid, _ in self._graded_cells(chapter)}
-        return frozenset(judge) | {c for j in judge for c in reach.get(j, ()) if c in tests}
+        # the test cells each test cell reaches, read once per chapter and engine (a catalogue grades hundreds)
+        key = hashlib.sha256(self.course.source_notebook(chapter).read_bytes()).digest()
+        cached = self._test_reach.get(chapter)
+        if cached is None or cached[0] != key:
+            tests = {gid for gid, _ in self._graded_cells(chapter)}
+            reach = cell_reach.reach(self.course, chapter)
+            cached = (key, {t: reach.get(t, set()) & tests for t in tests})
+            self._test_reach[chapter] = cached
+        return frozenset(judge) | {c for j in judge for c in cached[1].get(j, ())}
 
     def _grade_in_class_language(self, chapter: str, submission: Path, student: str,
                                  judge: frozenset[str] | None = None) -> GradingResult:
