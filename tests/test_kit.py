@@ -224,6 +224,27 @@ def test_the_default_requirements_pin_cpu_torch_and_the_courses_pins(tmp_path):
 # and none touches the grader, so none needs the reference profiles that `notebooks` tests get built first.
 
 
+# pip byte-compiles every module it installs unless told not to (torch's thousands: about 10 of an install's 39 CPU
+# seconds here); Python compiles what is imported anyway, and every module of attention_course is imported by the
+# first test below. PIP_COMPILE=0, not PIP_NO_COMPILE=1: pip reads a boolean variable as the value of the option it
+# names, so PIP_NO_COMPILE=1 sets `--no-compile`'s destination, "compile", to 1, and pip compiled everything
+# (test_the_learners_pip_does_not_byte_compile).
+PIP_SETTINGS = {"PIP_COMPILE": "0"}
+
+
+@pytest.mark.unit
+def test_the_learners_pip_does_not_byte_compile(monkeypatch):
+    """pip's own option parser, under the settings the learner's commands get, switches byte-compiling off."""
+    from pip._internal.commands import create_command
+
+    for name in [k for k in os.environ if k.startswith("PIP_")]:
+        monkeypatch.delenv(name)
+    for name, value in PIP_SETTINGS.items():
+        monkeypatch.setenv(name, value)
+    options, _ = create_command("install").parse_args([])
+    assert not options.compile
+
+
 class Learner:
     """A fresh ordinary account whose home holds the kit and a virtual environment installed from the book's site and
     the kit alone."""
@@ -237,10 +258,7 @@ class Learner:
     def run(self, command: str, env: dict | None = None, timeout: int = 900) -> subprocess.CompletedProcess:
         """``command`` in the learner's login shell, from the kit's folder. pip's settings are this machine's
         (its PyTorch wheel and package mirrors), as a class's machines would have theirs."""
-        # PIP_NO_COMPILE: pip byte-compiles every module it installs (torch's thousands: 17 of the install's 33
-        # CPU seconds); Python compiles what is imported anyway, and every module of attention_course is imported
-        # by the first test below.
-        pip = {"PIP_NO_COMPILE": "1", **{k: v for k, v in os.environ.items() if k.startswith("PIP_")}}
+        pip = {**PIP_SETTINGS, **{k: v for k, v in os.environ.items() if k.startswith("PIP_")}}
         assignments = " ".join(f"{k}={shlex.quote(v)}" for k, v in {**pip, **(env or {})}.items())
         script = f"cd {shlex.quote(str(self.kit))} && env {assignments} bash -c {shlex.quote(command)}"
         return subprocess.run(["su", "-", self.name, "-c", script], capture_output=True, text=True, timeout=timeout)
