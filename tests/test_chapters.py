@@ -100,9 +100,12 @@ def graded_cells_only(nb):
 
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):
-    """Every chapter's reference, blank and sample autograded once by stock nbgrader: two nbgrader processes
-    (one per core) each take the next chapter, the longest first (PROFILE_SECONDS), and run its ``generate_assignment`` and
-    ``autograde`` (tests/nbgrader_many.py)."""
+    """Every chapter's reference, blank and sample autograded once by stock nbgrader: one nbgrader process takes
+    the chapters, the longest first (PROFILE_SECONDS), and runs each one's ``generate_assignment`` and ``autograde``
+    (tests/nbgrader_many.py). One, not one per core: the suite already runs one pytest worker per core, and a second
+    nbgrader process here made three CPU-bound processes on two cores, which cost CPU as well as wall time (fresh
+    clones, whole suite: with two, 1,339 CPU s in 781 s; with one, 1,243 CPU s in 744 s, this file's CPU 187 -> 168 s
+    and test_release's, on the other worker meanwhile, 175 -> 167 s)."""
     courses = {}
     for chapter in CHAPTERS:
         course = courses[chapter] = copy_course(tmp_path_factory.mktemp(chapter))
@@ -114,7 +117,7 @@ def graded(tmp_path_factory):
         for student, nb in notebooks.items():
             submissions.write_submission(course, student, chapter, graded_cells_only(nb))
     run_nbgrader_batches([[(courses[ch], generate_assignment(courses[ch], ch)), (courses[ch], ["autograde", ch, "--force"])]
-                          for ch in sorted(CHAPTERS, key=lambda ch: -PROFILE_SECONDS.get(ch, 0))])  # longest first
+                          for ch in sorted(CHAPTERS, key=lambda ch: -PROFILE_SECONDS.get(ch, 0))], processes=1)  # longest first
     return courses
 
 
