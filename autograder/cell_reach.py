@@ -10,6 +10,7 @@ idle the cells no judged cell reaches (autograder/idling.py).
 from __future__ import annotations
 
 import ast
+import hashlib
 
 import nbformat
 
@@ -17,9 +18,23 @@ from attention_course.cells import grade_id, is_graded_test, is_solution
 from .course import Course
 
 
+# {sha256 of a source notebook's bytes: its table}: the catalogue, shortcut and stock-sample tests each read every
+# chapter's table when they are collected, on every pytest worker (about 2 s of a worker's start, three times over).
+_TABLES: dict[str, dict[str, frozenset[str]]] = {}
+
+
 def reach(course: Course, chapter: str) -> dict[str, set[str]]:
-    """{solution or graded test cell: grade_ids of the solution cells its code can reach}."""
-    nb = nbformat.read(course.source_notebook(chapter), as_version=4)
+    """{solution or graded test cell: grade_ids of the solution cells its code can reach}. A fresh dict of fresh
+    sets each call (a caller may change what it gets); the reading is done once per notebook content."""
+    raw = course.source_notebook(chapter).read_bytes()
+    key = hashlib.sha256(raw).hexdigest()
+    if key not in _TABLES:
+        _TABLES[key] = {gid: frozenset(r) for gid, r in _read(nbformat.reads(raw.decode("utf-8"), as_version=4)).items()}
+    return {gid: set(r) for gid, r in _TABLES[key].items()}
+
+
+def _read(nb: nbformat.NotebookNode) -> dict[str, set[str]]:
+    """``reach``'s table for the notebook ``nb``."""
     cells = []  # (grade_id or None, names bound, names used)
     for cell in nb.cells:
         if cell.cell_type != "code":
