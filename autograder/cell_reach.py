@@ -29,7 +29,8 @@ def reach(course: Course, chapter: str) -> dict[str, set[str]]:
     raw = course.source_notebook(chapter).read_bytes()
     key = hashlib.sha256(raw).hexdigest()
     if key not in _TABLES:
-        _TABLES[key] = {gid: frozenset(r) for gid, r in _read(nbformat.reads(raw.decode("utf-8"), as_version=4)).items()}
+        table = _read(nbformat.reads(raw.decode("utf-8"), as_version=4))
+        _TABLES[key] = {gid: frozenset(r) for gid, r in table.items()}
     return {gid: set(r) for gid, r in _TABLES[key].items()}
 
 
