@@ -68,7 +68,10 @@ def pytest_collection_modifyitems(config, items):
 # time (a file that starts two nbgrader processes keeps both cores busy while its worker shows one wall clock).
 # `--cpu-report=FILE` writes, per test file, the CPU seconds of the worker and of the processes it started and
 # waited for (kernels, nbgrader, the sandbox), and its wall seconds; scripts/cpu_report.py sums the workers'
-# files. Servers that detach (PostgreSQL) are not counted.
+# files. Servers that detach (PostgreSQL) are not counted, nor is what a Chromium or a sandbox's double fork leaves
+# unreaped; so each worker also records the whole machine's busy and idle CPU time over its session (/proc/stat),
+# and the script reports them for the run: idle core-seconds are what more parallelism could still use, busy ones
+# what only less work can save.
 
 
 def pytest_addoption(parser):
@@ -83,6 +86,27 @@ def _cpu_seconds() -> float:
 
 
 _SPENT: dict[str, list[float]] = {}
+_MACHINE: dict[str, list[float]] = {}  # "start" and "finish": [epoch seconds, busy core-seconds, idle core-seconds]
+
+
+def _machine_seconds() -> list[float] | None:
+    """[now, busy, idle] in core-seconds since boot for the whole machine (/proc/stat's first line: iowait counts as
+    idle), or None where there is no /proc/stat."""
+    import time
+
+    try:
+        with open("/proc/stat") as fh:
+            jiffies = [int(v) for v in fh.readline().split()[1:9]]  # user nice system idle iowait irq softirq steal
+    except (OSError, ValueError):
+        return None
+    tick = os.sysconf("SC_CLK_TCK")
+    idle = jiffies[3] + jiffies[4]
+    return [time.time(), (sum(jiffies) - idle) / tick, idle / tick]
+
+
+def pytest_sessionstart(session):
+    if session.config.getoption("--cpu-report") and (now := _machine_seconds()):
+        _MACHINE["start"] = now
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -104,8 +128,10 @@ def pytest_sessionfinish(session):
     if target and _SPENT:
         import json
 
+        if "start" in _MACHINE and (now := _machine_seconds()):
+            _MACHINE["finish"] = now
         worker = os.environ.get("PYTEST_XDIST_WORKER", "main")  # one file per worker, summed by the script
-        Path(f"{target}.{worker}").write_text(json.dumps(_SPENT, indent=1))
+        Path(f"{target}.{worker}").write_text(json.dumps({**_SPENT, "__machine__": _MACHINE}, indent=1))
 
 
 @pytest.fixture(scope="session")
