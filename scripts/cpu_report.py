@@ -7,7 +7,6 @@ CPU-bound and only less work shortens it.
     python scripts/cpu_report.py FILE
 """
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -22,7 +21,7 @@ def machine_line(parts: list[dict]) -> str | None:
     start = min((s["start"] for s in spans), key=lambda v: v[0])
     finish = max((s["finish"] for s in spans), key=lambda v: v[0])
     wall, busy, idle = finish[0] - start[0], finish[1] - start[1], finish[2] - start[2]
-    cores = os.cpu_count() or 1
+    cores = round((busy + idle) / max(wall, 1e-9))  # the run's machine, which need not be the one reading the report
     return (f"machine over the run: {wall:.0f} s wall on {cores} cores: {busy:.0f} core-s busy, {idle:.0f} idle "
             f"({100 * idle / max(busy + idle, 1e-9):.0f}% idle; everything running counts, the suite's servers "
             "and any neighbour too)")
